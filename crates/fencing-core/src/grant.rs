@@ -1,0 +1,213 @@
+//! A granted lock or lease, carrying its fencing token.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::lease::LeaseTracker;
+use crate::resource::ResourceName;
+use crate::token::FencingToken;
+
+/// Who minted a token: an etcd cluster id, a ZooKeeper ensemble name, a
+/// Kubernetes Lease UID, a LocalSource directory id. Tokens are only
+/// comparable within one source identity.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SourceId(String);
+
+impl SourceId {
+    /// Wraps a backend's identity string.
+    #[must_use]
+    pub fn new(id: impl Into<String>) -> Self {
+        SourceId(id.into())
+    }
+
+    /// The identity as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SourceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// The current holder of a resource as the source sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    /// The holder's identity string.
+    pub holder: String,
+    /// The token of the holder's grant.
+    pub token: FencingToken,
+}
+
+/// What a backend does when its grant is released. Implementations also stop
+/// the grant's renewal when dropped, so a grant dropped outside a runtime
+/// still stops renewing and its lease runs out.
+#[async_trait]
+pub trait GrantBackend: Send + Sync + 'static {
+    /// Gives the grant back to the coordinator (delete the key, node or
+    /// holder record) and stops renewing it.
+    async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// The parts of a grant a backend fills in.
+#[derive(Clone, Debug)]
+pub struct GrantInfo {
+    /// The token minted with this grant.
+    pub token: FencingToken,
+    /// The resource granted.
+    pub resource: ResourceName,
+    /// The holder identity the grant was taken under.
+    pub holder: String,
+    /// The identity of the source that minted the token.
+    pub source: SourceId,
+    /// The coordinator-side key of this grant: lock file, etcd key, znode
+    /// path or Lease name. Guarded writes compare against it.
+    pub key: String,
+    /// The lease length the grant was taken with.
+    pub ttl: Duration,
+}
+
+/// A granted lock or lease and its fencing token.
+///
+/// Carry [`token()`](Self::token) on every write the lock protects, and let
+/// the storage check it with a [`Gate`](crate::Gate). Watch
+/// [`lost()`](Self::lost): it resolves when the grant is gone at the
+/// coordinator or when the local deadline (send time of the last successful
+/// renewal + TTL - [`drift_margin`](crate::drift_margin)) has passed.
+///
+/// Release with [`release()`](Self::release). A grant dropped without
+/// release is released in the background on the current tokio runtime (or,
+/// outside a runtime, stops renewing and expires after its TTL); errors of a
+/// background release are only logged.
+#[must_use = "a dropped grant is released at once"]
+pub struct Grant {
+    info: GrantInfo,
+    lease: LeaseTracker,
+    backend: Option<Box<dyn GrantBackend>>,
+}
+
+impl Grant {
+    /// Assembles a grant. Backends call this; users get grants from a
+    /// [`FencingSource`](crate::FencingSource).
+    pub fn new(info: GrantInfo, lease: LeaseTracker, backend: Box<dyn GrantBackend>) -> Self {
+        Grant { info, lease, backend: Some(backend) }
+    }
+
+    /// The fencing token to carry on every protected write.
+    #[must_use]
+    pub fn token(&self) -> FencingToken {
+        self.info.token
+    }
+
+    /// The resource this grant is for.
+    #[must_use]
+    pub fn resource(&self) -> &ResourceName {
+        &self.info.resource
+    }
+
+    /// The holder identity.
+    #[must_use]
+    pub fn holder(&self) -> &str {
+        &self.info.holder
+    }
+
+    /// The identity of the source that minted the token.
+    #[must_use]
+    pub fn source(&self) -> &SourceId {
+        &self.info.source
+    }
+
+    /// The coordinator-side key of this grant.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.info.key
+    }
+
+    /// The lease length this grant was taken with.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.info.ttl
+    }
+
+    /// The local deadline: past it the grant counts as lost.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        self.lease.deadline()
+    }
+
+    /// True until the grant is lost or its local deadline passes. A true
+    /// answer is a hint, not a permission: a pause right after it can outlive
+    /// the lease. Only the gate's check of the token is safe.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        self.lease.is_live()
+    }
+
+    /// Resolves when the grant is or may be lost, with the reason.
+    pub async fn lost(&self) -> String {
+        self.lease.lost().await
+    }
+
+    /// The tracker shared with the backend's renewal task.
+    #[must_use]
+    pub fn lease(&self) -> &LeaseTracker {
+        &self.lease
+    }
+
+    /// Gives the grant back so the next contender can take it at once.
+    pub async fn release(mut self) -> Result<()> {
+        let backend = self.backend.take();
+        self.lease.mark_lost("released");
+        match backend {
+            Some(b) => b.release().await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        let Some(backend) = self.backend.take() else { return };
+        self.lease.mark_lost("dropped");
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let resource = self.info.resource.clone();
+                // Fire and forget: the backend bounds its own release with a
+                // timeout, and the lease expires on its own if this fails.
+                rt.spawn(async move {
+                    if let Err(e) = backend.release().await {
+                        tracing::warn!(%resource, error = %e, "background release failed");
+                    }
+                });
+            }
+            Err(_) => drop(backend),
+        }
+    }
+}
+
+impl fmt::Debug for Grant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grant")
+            .field("token", &self.info.token)
+            .field("resource", &self.info.resource)
+            .field("holder", &self.info.holder)
+            .field("source", &self.info.source)
+            .field("live", &self.is_live())
+            .finish()
+    }
+}

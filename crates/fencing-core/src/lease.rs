@@ -1,0 +1,184 @@
+//! Local loss detection: the deadline a grant keeps on the holder's clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The part of a lease the holder may not count on: clocks on two machines
+/// run at slightly different rates, and the holder's timers fire late under
+/// load. Ten percent of the TTL covers both with room to spare.
+#[must_use]
+pub fn drift_margin(ttl: Duration) -> Duration {
+    ttl / 10
+}
+
+/// The holder's deadline for a lease renewed by a request sent at `sent_at`.
+///
+/// It is measured from when the request was *sent*, never from when the
+/// reply arrived: the server may have started the TTL at any point in
+/// between, and only the send time is a safe lower bound.
+#[must_use]
+pub fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(drift_margin(ttl))
+}
+
+/// Shared between a backend's renewal task and the [`Grant`](crate::Grant)
+/// it serves: the backend reports renewals and server-side loss, the grant
+/// owner watches for loss.
+///
+/// Loss is sticky. Once the deadline has passed or [`mark_lost`](Self::mark_lost)
+/// was called, a late renewal reply does not revive the grant.
+#[derive(Clone, Debug)]
+pub struct LeaseTracker {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    deadline: watch::Sender<Instant>,
+    lost: CancellationToken,
+    reason: Mutex<Option<String>>,
+}
+
+impl LeaseTracker {
+    /// A tracker for a lease granted by a request sent at `sent_at`.
+    #[must_use]
+    pub fn new(sent_at: Instant, ttl: Duration) -> Self {
+        let (deadline, _) = watch::channel(local_deadline(sent_at, ttl));
+        LeaseTracker {
+            inner: Arc::new(Inner { deadline, lost: CancellationToken::new(), reason: Mutex::new(None) }),
+        }
+    }
+
+    /// Records a successful renewal whose request was sent at `sent_at`.
+    /// Returns false (and marks the grant lost) when the old deadline had
+    /// already passed: the holder may have acted as a non-holder meanwhile.
+    pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+        if !self.is_live() {
+            self.mark_lost("local deadline passed before the renewal was confirmed");
+            return false;
+        }
+        let next = local_deadline(sent_at, ttl);
+        self.inner.deadline.send_if_modified(|d| {
+            let later = next > *d;
+            if later {
+                *d = next;
+            }
+            later
+        });
+        true
+    }
+
+    /// Marks the grant lost for good. The first reason given is kept.
+    pub fn mark_lost(&self, reason: impl Into<String>) {
+        let mut slot = self.inner.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(reason.into());
+            tracing::debug!(reason = slot.as_deref(), "grant marked lost");
+        }
+        drop(slot);
+        self.inner.lost.cancel();
+    }
+
+    /// The current local deadline.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        *self.inner.deadline.borrow()
+    }
+
+    /// True until loss was reported or the local deadline passed.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        !self.inner.lost.is_cancelled() && Instant::now() < self.deadline()
+    }
+
+    /// Why the grant is lost, once it is.
+    #[must_use]
+    pub fn loss_reason(&self) -> Option<String> {
+        if let Some(r) = self.inner.reason.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Some(r);
+        }
+        (!self.is_live()).then(|| "local deadline passed".to_owned())
+    }
+
+    /// Resolves when the grant is lost: reported by the backend, or the local
+    /// deadline passed without a renewal. Returns the reason.
+    pub async fn lost(&self) -> String {
+        let mut rx = self.inner.deadline.subscribe();
+        loop {
+            let deadline = *rx.borrow_and_update();
+            if Instant::now() >= deadline {
+                self.mark_lost("local deadline passed");
+                break;
+            }
+            tokio::select! {
+                _ = self.inner.lost.cancelled() => break,
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = rx.changed() => {}
+            }
+        }
+        self.loss_reason().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_deadline_measured_from_send_time() {
+        let sent = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let t = LeaseTracker::new(sent, ttl);
+        assert_eq!(t.deadline(), sent + Duration::from_secs(9));
+        t.lost().await;
+        assert_eq!(Instant::now(), sent + Duration::from_secs(9));
+        assert!(!t.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewal_moves_the_deadline_and_late_renewal_does_not_revive() {
+        let ttl = Duration::from_secs(10);
+        let t = LeaseTracker::new(Instant::now(), ttl);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(t.renewed(Instant::now(), ttl));
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move {
+                t.lost().await;
+                Instant::now()
+            }
+        });
+        let start = Instant::now();
+        let fired = waiter.await.unwrap();
+        assert_eq!(fired - start, Duration::from_secs(9));
+        assert!(!t.renewed(Instant::now(), ttl), "a renewal after loss must not revive");
+        assert!(!t.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_send_time_never_shortens_the_deadline() {
+        let ttl = Duration::from_secs(10);
+        let old = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let t = LeaseTracker::new(Instant::now(), ttl);
+        let before = t.deadline();
+        assert!(t.renewed(old, ttl));
+        assert_eq!(t.deadline(), before);
+    }
+
+    #[tokio::test]
+    async fn server_side_loss_wakes_waiters_with_the_first_reason() {
+        let t = LeaseTracker::new(Instant::now(), Duration::from_secs(60));
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move { t.lost().await }
+        });
+        t.mark_lost("key deleted");
+        t.mark_lost("second reason");
+        assert_eq!(waiter.await.unwrap(), "key deleted");
+    }
+}

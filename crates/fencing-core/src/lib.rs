@@ -1,0 +1,52 @@
+//! The I/O-free heart of the `fencing` workspace (LocalSource aside, which
+//! only touches its own directory).
+//!
+//! A lease is a permission that decays with time; a client's belief in it
+//! does not, and storage accepts a late write forever. This crate fixes that
+//! with five parts:
+//!
+//! 1. a [`FencingSource`] mints a strictly monotonic [`FencingToken`] with
+//!    each [`Grant`];
+//! 2. the token never goes backwards, also across coordinator failover
+//!    (each backend takes it from the cluster's own replicated counter);
+//! 3. the holder carries [`Grant::token`] on every protected write;
+//! 4. the storage runs a [`Gate`], which keeps the highest token accepted and
+//!    refuses lower ones with [`Error::Stale`] (retries with the same token
+//!    pass);
+//! 5. the holder answers a rejection by re-acquiring, re-reading and redoing.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+//! use fencing_core::{AcquireOptions, FencingSource, Gate, LocalSource, MemoryGate, ResourceName};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let source = LocalSource::open(dir.path())?;
+//! let gate = MemoryGate::new(); // lives in the storage, not in the client
+//! let ledger = ResourceName::new("ledger")?;
+//!
+//! let grant = source.acquire(&ledger, &AcquireOptions::new()).await?;
+//! gate.admit(&ledger, grant.token()).await?; // storage checks, then writes
+//! grant.release().await?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod durable;
+mod error;
+mod gate;
+mod grant;
+mod lease;
+mod local;
+mod resource;
+mod source;
+mod token;
+
+pub use error::{BoxError, Error, Result};
+pub use gate::{check_token, FileGate, Gate, MemoryGate};
+pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
+pub use lease::{drift_margin, local_deadline, LeaseTracker};
+pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
+pub use resource::{ResourceName, MAX_RESOURCE_LEN};
+pub use source::{default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource};
+pub use token::FencingToken;
