@@ -1,0 +1,195 @@
+//! The checks every FencingSource must pass. Each panics with a message
+//! naming the broken property.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{AcquireOptions, Error, FileGate, Gate, Grant, MemoryGate};
+use tokio::time::Instant;
+
+use crate::harness::{Client, Harness};
+use crate::history::History;
+
+fn opts(h: &dyn Harness) -> AcquireOptions {
+    AcquireOptions::new().ttl(h.ttl()).timeout(h.ttl() * 10)
+}
+
+async fn acquire(client: &Client, h: &dyn Harness, resource: &fencing_core::ResourceName) -> Grant {
+    client.source.acquire(resource, &opts(h)).await.expect("acquire")
+}
+
+/// Tokens of successive grants on one resource strictly increase.
+pub async fn sequential_grants_strictly_increase(h: &dyn Harness) {
+    let r = h.resource("sequential");
+    let c = h.client().await;
+    let mut last = None;
+    for _ in 0..5 {
+        let g = acquire(&c, h, &r).await;
+        if let Some(prev) = last {
+            assert!(g.token() > prev, "token {} did not increase past {prev}", g.token());
+        }
+        last = Some(g.token());
+        g.release().await.expect("release");
+    }
+}
+
+/// N contenders, several rounds each: never two live grants at once, tokens
+/// increase in grant order, and every holder's write passes the gate.
+pub async fn one_live_grant_under_contention(h: &dyn Harness) {
+    const CONTENDERS: usize = 4;
+    const ROUNDS: usize = 4;
+    let r = h.resource("contention");
+    let history = History::new();
+    let gate = Arc::new(MemoryGate::new());
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for id in 0..CONTENDERS {
+        let c = h.client().await;
+        let (r, history, gate, inside, o) = (r.clone(), history.clone(), gate.clone(), inside.clone(), opts(h));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let g = c.source.acquire(&r, &o).await.expect("acquire");
+                history.granted(id, g.token()).await;
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside at once");
+                history.write(gate.as_ref(), &r, id, g.token()).await.expect("holder's write refused");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                history.released(id, g.token()).await;
+                g.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contender task");
+    }
+    history.check().await.expect("contention history");
+}
+
+/// A holder that stops renewing loses the grant; the next contender gets a
+/// higher token, and only after the old holder's `lost()` has fired.
+pub async fn expiry_regrants_with_higher_token(h: &dyn Harness) {
+    let r = h.resource("expiry");
+    let (a, b) = (h.client().await, h.client().await);
+    let ga = acquire(&a, h, &r).await;
+    a.stall().await;
+    let lost_at = tokio::spawn({
+        let ga = Arc::new(ga);
+        async move {
+            ga.lost().await;
+            (Instant::now(), ga)
+        }
+    });
+    let gb = acquire(&b, h, &r).await;
+    let granted_at = Instant::now();
+    let (lost_at, ga) = lost_at.await.expect("lost watcher");
+    assert!(gb.token() > ga.token(), "re-grant {} not above {}", gb.token(), ga.token());
+    assert!(lost_at <= granted_at, "old holder learned of its loss after the re-grant");
+    gb.release().await.expect("release");
+}
+
+/// Release hands the resource to a waiting contender at once, with a
+/// higher token, without waiting for the lease to run out.
+pub async fn release_hands_over_to_waiter(h: &dyn Harness) {
+    let r = h.resource("handover");
+    let (a, b) = (h.client().await, h.client().await);
+    let ga = acquire(&a, h, &r).await;
+    let waiter = tokio::spawn({
+        let (src, r, o) = (b.source.clone(), r.clone(), opts(h));
+        async move { src.acquire(&r, &o).await.map(|g| (g, Instant::now())) }
+    });
+    tokio::time::sleep(h.ttl() / 2).await;
+    assert!(!waiter.is_finished(), "waiter got the resource while it was held");
+    let first = ga.token();
+    let released_at = Instant::now();
+    ga.release().await.expect("release");
+    let (gb, granted_at) = waiter.await.expect("waiter task").expect("waiter acquire");
+    assert!(gb.token() > first);
+    let wait = granted_at - released_at;
+    assert!(wait < h.ttl(), "hand-over took {wait:?}: the waiter waited for expiry, not release");
+    gb.release().await.expect("release");
+}
+
+/// The reference's pause: the stalled holder's write is refused by a gate
+/// (in memory and on disk) while the new holder's write and its retry pass.
+pub async fn stale_holder_write_is_rejected(h: &dyn Harness) {
+    let r = h.resource("stale");
+    let (a, b) = (h.client().await, h.client().await);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file_gate = FileGate::open(dir.path().join("gate")).expect("file gate");
+    let memory_gate = MemoryGate::new();
+    let gates: [&dyn Gate; 2] = [&memory_gate, &file_gate];
+    let history = History::new();
+
+    let ga = acquire(&a, h, &r).await;
+    history.granted(0, ga.token()).await;
+    for gate in gates {
+        history.write(gate, &r, 0, ga.token()).await.expect("first write");
+    }
+    a.stall().await;
+    ga.lost().await;
+    history.released(0, ga.token()).await;
+    let gb = acquire(&b, h, &r).await;
+    history.granted(1, gb.token()).await;
+    for gate in gates {
+        history.write(gate, &r, 1, gb.token()).await.expect("new holder's write");
+        match history.write(gate, &r, 0, ga.token()).await {
+            Err(Error::Stale { presented, highest }) => {
+                assert_eq!((presented, highest), (ga.token(), gb.token()));
+            }
+            other => panic!("stale write was not refused: {other:?}"),
+        }
+        history.write(gate, &r, 1, gb.token()).await.expect("retry with the current token");
+    }
+    history.check().await.expect("stale-write history");
+    gb.release().await.expect("release");
+}
+
+/// `validate` says true while held and false once the grant is lost.
+pub async fn validate_turns_false_after_loss(h: &dyn Harness) {
+    let r = h.resource("validate");
+    let (a, b) = (h.client().await, h.client().await);
+    let ga = acquire(&a, h, &r).await;
+    assert!(a.source.validate(&ga).await.expect("validate"), "fresh grant not valid");
+    assert!(b.source.validate(&ga).await.expect("validate from another client"));
+    a.stall().await;
+    let gb = acquire(&b, h, &r).await;
+    assert!(!b.source.validate(&ga).await.expect("validate"), "superseded grant still valid");
+    assert!(!ga.is_live(), "superseded grant still live locally");
+    assert!(b.source.validate(&gb).await.expect("validate"));
+    gb.release().await.expect("release");
+}
+
+/// `lost()` fires no later than TTL after the last renewal could have been
+/// sent (the moment of the stall).
+pub async fn lost_fires_by_the_local_deadline(h: &dyn Harness) {
+    let r = h.resource("deadline");
+    let a = h.client().await;
+    let ga = acquire(&a, h, &r).await;
+    a.stall().await;
+    let stalled_at = Instant::now();
+    ga.lost().await;
+    let late = Instant::now().saturating_duration_since(stalled_at + h.ttl());
+    assert!(late.is_zero(), "lost() fired {late:?} after stall + TTL");
+    assert!(!ga.is_live());
+}
+
+/// `holder` names the holder and its token; `try_acquire` and a bounded
+/// `acquire` do not get past it.
+pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
+    let r = h.resource("holder");
+    let (a, b) = (h.client().await, h.client().await);
+    let ga = a.source.acquire(&r, &opts(h).holder("holder-a")).await.expect("acquire");
+    let seen = b.source.holder(&r).await.expect("holder").expect("a holder is shown");
+    assert_eq!((seen.holder.as_str(), seen.token), ("holder-a", ga.token()));
+    assert!(b.source.try_acquire(&r, &opts(h)).await.expect("try_acquire").is_none());
+    let short = AcquireOptions::new().ttl(h.ttl()).timeout(Duration::from_millis(300));
+    match b.source.acquire(&r, &short).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("bounded acquire of a held resource: {other:?}"),
+    }
+    ga.release().await.expect("release");
+    let gb = b.source.try_acquire(&r, &opts(h)).await.expect("try_acquire").expect("free after release");
+    gb.release().await.expect("release");
+    assert_eq!(b.source.holder(&r).await.expect("holder"), None);
+}

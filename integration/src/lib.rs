@@ -1,0 +1,1 @@
+//! Harness shared by the integration tests.
