@@ -1,0 +1,202 @@
+//! Parsing of fencing source URLs, kept apart from opening them so callers
+//! can reject a bad URL before doing any work.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fencing_core::{Error, Result, MIN_LOCAL_TTL};
+
+/// Every scheme this crate recognises, built in or not.
+pub const KNOWN_SCHEMES: [&str; 5] = ["local", "etcd", "etcds", "zk", "kube"];
+
+/// A parsed fencing source URL.
+///
+/// ```
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use fencing::SourceUrl;
+///
+/// let SourceUrl::Local { dir, default_ttl } = SourceUrl::parse("local://./state?ttl=3")? else {
+///     unreachable!()
+/// };
+/// assert_eq!(dir, Path::new("./state"));
+/// assert_eq!(default_ttl, Some(Duration::from_secs(3)));
+/// # Ok::<(), fencing::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SourceUrl {
+    /// `local://DIR[?ttl=SECS]`: everything between `local://` and `?` is
+    /// the directory, taken literally (no percent-decoding), so
+    /// `local:///abs` is absolute and `local://rel` is relative.
+    Local {
+        /// The state directory.
+        dir: PathBuf,
+        /// The default lease length from `?ttl=`, if given.
+        default_ttl: Option<Duration>,
+    },
+}
+
+impl SourceUrl {
+    /// Parses a URL without touching the filesystem or the network.
+    /// Every problem is an [`Error::Config`] that names it.
+    pub fn parse(url: &str) -> Result<SourceUrl> {
+        if url.trim().is_empty() {
+            return Err(config("fencing source URL is empty; expected e.g. local:///var/lib/fencing"));
+        }
+        let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| is_scheme(s)) else {
+            return Err(config(format!(
+                "fencing source URL {url:?} has no scheme; expected SCHEME://..., e.g. local:///var/lib/fencing"
+            )));
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "local" => parse_local(url, rest),
+            "etcd" | "etcds" => Err(missing_backend(scheme, "etcd", "fencing-etcd")),
+            "zk" => Err(missing_backend(scheme, "ZooKeeper", "fencing-zk")),
+            "kube" => Err(missing_backend(scheme, "Kubernetes", "fencing-kube")),
+            _ => Err(config(format!(
+                "unknown fencing source scheme {scheme:?} in {url:?}; known schemes: {}",
+                KNOWN_SCHEMES.join(", ")
+            ))),
+        }
+    }
+}
+
+fn config(msg: impl Into<String>) -> Error {
+    Error::Config(msg.into())
+}
+
+/// RFC 3986: a letter, then letters, digits, `+`, `-` or `.`.
+fn is_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+fn missing_backend(scheme: &str, system: &str, krate: &str) -> Error {
+    config(format!(
+        "this build has no {system} backend for {scheme}:// URLs (the {krate} crate has not landed); \
+         use local://DIR for now"
+    ))
+}
+
+fn parse_local(url: &str, rest: &str) -> Result<SourceUrl> {
+    if rest.contains('#') {
+        return Err(config(format!("local source URL {url:?} has a fragment ('#'), which means nothing here")));
+    }
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        return Err(config(format!(
+            "local source URL {url:?} names no directory; expected e.g. local:///var/lib/fencing or local://./state"
+        )));
+    }
+    let mut default_ttl = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("ttl", value)) => {
+                if default_ttl.is_some() {
+                    return Err(config(format!("local source URL {url:?} gives ttl twice")));
+                }
+                default_ttl = Some(parse_ttl(url, value)?);
+            }
+            _ => {
+                return Err(config(format!(
+                    "local source URL {url:?} has an unknown query parameter {pair:?}; the only one is ttl=SECS"
+                )))
+            }
+        }
+    }
+    Ok(SourceUrl::Local { dir: PathBuf::from(path), default_ttl })
+}
+
+fn parse_ttl(url: &str, value: &str) -> Result<Duration> {
+    let bad = |why: &str| config(format!("ttl={value} in {url:?} {why}"));
+    // f64 parsing accepts "inf", "nan" and exponents; allow plain decimals only.
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad("is not a number of seconds (e.g. ttl=15 or ttl=2.5)"));
+    }
+    let secs: f64 = value.parse().map_err(|_| bad("is not a number of seconds (e.g. ttl=15 or ttl=2.5)"))?;
+    let ttl = Duration::try_from_secs_f64(secs).map_err(|_| bad("is out of range"))?;
+    if ttl < MIN_LOCAL_TTL {
+        return Err(bad(&format!("is below the {MIN_LOCAL_TTL:?} minimum of a local lease")));
+    }
+    Ok(ttl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(url: &str) -> (PathBuf, Option<Duration>) {
+        match SourceUrl::parse(url) {
+            Ok(SourceUrl::Local { dir, default_ttl }) => (dir, default_ttl),
+            other => panic!("{url:?}: {other:?}"),
+        }
+    }
+
+    fn err(url: &str) -> String {
+        match SourceUrl::parse(url) {
+            Err(Error::Config(msg)) => msg,
+            other => panic!("{url:?} should be a config error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn local_paths_are_taken_literally() {
+        assert_eq!(local("local:///tmp/x"), (PathBuf::from("/tmp/x"), None));
+        assert_eq!(local("local://./state"), (PathBuf::from("./state"), None));
+        assert_eq!(local("local://state"), (PathBuf::from("state"), None));
+        assert_eq!(local("LOCAL:///a b"), (PathBuf::from("/a b"), None));
+    }
+
+    #[test]
+    fn ttl_query() {
+        assert_eq!(local("local:///d?ttl=15").1, Some(Duration::from_secs(15)));
+        assert_eq!(local("local:///d?ttl=0.3").1, Some(Duration::from_millis(300)));
+        assert_eq!(local("local:///d?").1, None);
+        for bad in ["ttl=", "ttl=abc", "ttl=-1", "ttl=1e3", "ttl=inf", "ttl=NaN", "ttl=1..2", "ttl=0", "ttl=0.1"] {
+            let msg = err(&format!("local:///d?{bad}"));
+            assert!(msg.contains("ttl="), "{bad}: {msg}");
+        }
+        assert!(err("local:///d?ttl=999999999999999999999999").contains("out of range"));
+        assert!(err("local:///d?ttl=1&ttl=2").contains("twice"));
+        assert!(err("local:///d?mode=fast").contains("\"mode=fast\""));
+    }
+
+    #[test]
+    fn malformed_urls_name_the_problem() {
+        assert!(err("").contains("empty"));
+        assert!(err(" \t").contains("empty"));
+        assert!(err("nonsense").contains("no scheme"));
+        assert!(err("/var/lib/fencing").contains("no scheme"));
+        assert!(err("://x").contains("no scheme"));
+        assert!(err("1ocal://x").contains("no scheme"));
+        assert!(err("local://").contains("no directory"));
+        assert!(err("local://?ttl=3").contains("no directory"));
+        assert!(err("local:///d#frag").contains("fragment"));
+    }
+
+    #[test]
+    fn recognised_but_absent_backends() {
+        assert!(err("etcd://127.0.0.1:2379").contains("no etcd backend"));
+        assert!(err("etcds://h:2379").contains("no etcd backend for etcds://"));
+        assert!(err("zk://h:2181").contains("no ZooKeeper backend"));
+        assert!(err("kube://ns").contains("no Kubernetes backend"));
+    }
+
+    #[test]
+    fn unknown_scheme_is_named() {
+        let msg = err("redis://localhost:6379");
+        assert!(msg.contains("\"redis\"") && msg.contains("local, etcd, etcds, zk, kube"), "{msg}");
+    }
+
+    #[test]
+    fn never_panics_on_odd_input() {
+        for s in ["://", ":", "a:", "a://", "a://?", "local://\u{0}", "local://é?ttl=ü", "local://?&&", "é://x"] {
+            let _ = SourceUrl::parse(s);
+        }
+    }
+}
