@@ -15,16 +15,25 @@ pub struct Failure {
 
 impl Failure {
     pub fn usage(message: impl Into<String>) -> Self {
-        Failure { code: USAGE, message: message.into() }
+        Failure {
+            code: USAGE,
+            message: message.into(),
+        }
     }
 
     pub fn runtime(message: impl Into<String>) -> Self {
-        Failure { code: RUNTIME, message: message.into() }
+        Failure {
+            code: RUNTIME,
+            message: message.into(),
+        }
     }
 
     /// The message folded onto one line, since callers grep stderr by line.
     pub fn one_line(&self) -> String {
-        self.message.split_whitespace().collect::<Vec<_>>().join(" ")
+        self.message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 

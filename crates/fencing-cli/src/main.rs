@@ -40,17 +40,25 @@ fn main() -> ExitCode {
         Err(e) => return clap_failure(e),
     };
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
-        Err(e) => return fail(&Failure::runtime(format!("cannot start the tokio runtime: {e}"))),
+        Err(e) => {
+            return fail(&Failure::runtime(format!(
+                "cannot start the tokio runtime: {e}"
+            )))
+        }
     };
     let code = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => {
                 let outcome = tokio::select! {
                     r = demo::run(args) => r,
-                    // Returning drops the demo's child guards, which kill the children.
-                    _ = tokio::signal::ctrl_c() => Err(Failure { code: 130, message: "interrupted".into() }),
+                    // Returning drops the demo's child guards (which kill the
+                    // children) and its temp dir.
+                    f = interrupted() => Err(f),
                 };
                 match outcome {
                     Ok(()) => ExitCode::SUCCESS,
@@ -65,6 +73,27 @@ fn main() -> ExitCode {
     code
 }
 
+/// Resolves on SIGINT or SIGTERM with the conventional 128+signal code.
+async fn interrupted() -> Failure {
+    use tokio::signal::unix::{signal, SignalKind};
+    let failure = |code, name: &str| Failure {
+        code,
+        message: format!("interrupted by {name}"),
+    };
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without handlers the default actions still stop us, and the
+        // children die with us through their parent-death signal.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => failure(130, "SIGINT"),
+        _ = term.recv() => failure(143, "SIGTERM"),
+    }
+}
+
 fn fail(f: &Failure) -> ExitCode {
     eprintln!("fence: {}", f.one_line());
     ExitCode::from(f.code)
@@ -75,15 +104,24 @@ fn fail(f: &Failure) -> ExitCode {
 fn clap_failure(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             ExitCode::from(e.exit_code().clamp(0, 255) as u8)
         }
         _ => {
+            // The message may continue on indented lines (a list of missing
+            // arguments); it ends at the first blank line.
             let text = e.to_string();
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid command line");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            fail(&Failure::usage(format!("{first} (see fence --help)")))
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            fail(&Failure::usage(format!("{message} (see fence --help)")))
         }
     }
 }
@@ -91,5 +129,8 @@ fn clap_failure(e: clap::Error) -> ExitCode {
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -102,7 +102,9 @@ mod tests {
     #[tokio::test]
     async fn ttl_query_sets_the_default_lease_length() {
         let dir = tempfile::tempdir().unwrap();
-        let source = connect(&format!("local://{}?ttl=2.5", dir.path().display())).await.unwrap();
+        let source = connect(&format!("local://{}?ttl=2.5", dir.path().display()))
+            .await
+            .unwrap();
         let r = ResourceName::new("job").unwrap();
         let grant = source.acquire(&r, &AcquireOptions::new()).await.unwrap();
         assert_eq!(grant.ttl(), Duration::from_millis(2500));
@@ -112,7 +114,8 @@ mod tests {
     #[tokio::test]
     async fn ttl_below_the_local_minimum_is_a_config_error() {
         let dir = tempfile::tempdir().unwrap();
-        let msg = config_message(connect(&format!("local://{}?ttl=0.1", dir.path().display())).await);
+        let msg =
+            config_message(connect(&format!("local://{}?ttl=0.1", dir.path().display())).await);
         assert!(msg.contains("300ms"), "{msg}");
     }
 
@@ -125,7 +128,10 @@ mod tests {
             ("kube://default", "Kubernetes"),
         ] {
             let msg = config_message(connect(url).await);
-            assert!(msg.contains("this build has no") && msg.contains(scheme), "{url}: {msg}");
+            assert!(
+                msg.contains("this build has no") && msg.contains(scheme),
+                "{url}: {msg}"
+            );
         }
     }
 
@@ -140,7 +146,15 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_urls_are_config_errors() {
-        for bad in ["", "   ", "nonsense", "local://", "local://?ttl=3", "://x", "local://d?ttl=abc"] {
+        for bad in [
+            "",
+            "   ",
+            "nonsense",
+            "local://",
+            "local://?ttl=3",
+            "://x",
+            "local://d?ttl=abc",
+        ] {
             let msg = config_message(connect(bad).await);
             assert!(!msg.is_empty(), "{bad:?}");
         }

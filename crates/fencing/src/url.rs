@@ -42,7 +42,9 @@ impl SourceUrl {
     /// Every problem is an [`Error::Config`] that names it.
     pub fn parse(url: &str) -> Result<SourceUrl> {
         if url.trim().is_empty() {
-            return Err(config("fencing source URL is empty; expected e.g. local:///var/lib/fencing"));
+            return Err(config(
+                "fencing source URL is empty; expected e.g. local:///var/lib/fencing",
+            ));
         }
         let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| is_scheme(s)) else {
             return Err(config(format!(
@@ -82,7 +84,9 @@ fn missing_backend(scheme: &str, system: &str, krate: &str) -> Error {
 
 fn parse_local(url: &str, rest: &str) -> Result<SourceUrl> {
     if rest.contains('#') {
-        return Err(config(format!("local source URL {url:?} has a fragment ('#'), which means nothing here")));
+        return Err(config(format!(
+            "local source URL {url:?} has a fragment ('#'), which means nothing here"
+        )));
     }
     let (path, query) = match rest.split_once('?') {
         Some((path, query)) => (path, Some(query)),
@@ -109,7 +113,10 @@ fn parse_local(url: &str, rest: &str) -> Result<SourceUrl> {
             }
         }
     }
-    Ok(SourceUrl::Local { dir: PathBuf::from(path), default_ttl })
+    Ok(SourceUrl::Local {
+        dir: PathBuf::from(path),
+        default_ttl,
+    })
 }
 
 fn parse_ttl(url: &str, value: &str) -> Result<Duration> {
@@ -118,10 +125,14 @@ fn parse_ttl(url: &str, value: &str) -> Result<Duration> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return Err(bad("is not a number of seconds (e.g. ttl=15 or ttl=2.5)"));
     }
-    let secs: f64 = value.parse().map_err(|_| bad("is not a number of seconds (e.g. ttl=15 or ttl=2.5)"))?;
+    let secs: f64 = value
+        .parse()
+        .map_err(|_| bad("is not a number of seconds (e.g. ttl=15 or ttl=2.5)"))?;
     let ttl = Duration::try_from_secs_f64(secs).map_err(|_| bad("is out of range"))?;
     if ttl < MIN_LOCAL_TTL {
-        return Err(bad(&format!("is below the {MIN_LOCAL_TTL:?} minimum of a local lease")));
+        return Err(bad(&format!(
+            "is below the {MIN_LOCAL_TTL:?} minimum of a local lease"
+        )));
     }
     Ok(ttl)
 }
@@ -155,9 +166,15 @@ mod tests {
     #[test]
     fn ttl_query() {
         assert_eq!(local("local:///d?ttl=15").1, Some(Duration::from_secs(15)));
-        assert_eq!(local("local:///d?ttl=0.3").1, Some(Duration::from_millis(300)));
+        assert_eq!(
+            local("local:///d?ttl=0.3").1,
+            Some(Duration::from_millis(300))
+        );
         assert_eq!(local("local:///d?").1, None);
-        for bad in ["ttl=", "ttl=abc", "ttl=-1", "ttl=1e3", "ttl=inf", "ttl=NaN", "ttl=1..2", "ttl=0", "ttl=0.1"] {
+        for bad in [
+            "ttl=", "ttl=abc", "ttl=-1", "ttl=1e3", "ttl=inf", "ttl=NaN", "ttl=1..2", "ttl=0",
+            "ttl=0.1",
+        ] {
             let msg = err(&format!("local:///d?{bad}"));
             assert!(msg.contains("ttl="), "{bad}: {msg}");
         }
@@ -190,12 +207,25 @@ mod tests {
     #[test]
     fn unknown_scheme_is_named() {
         let msg = err("redis://localhost:6379");
-        assert!(msg.contains("\"redis\"") && msg.contains("local, etcd, etcds, zk, kube"), "{msg}");
+        assert!(
+            msg.contains("\"redis\"") && msg.contains("local, etcd, etcds, zk, kube"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn never_panics_on_odd_input() {
-        for s in ["://", ":", "a:", "a://", "a://?", "local://\u{0}", "local://é?ttl=ü", "local://?&&", "é://x"] {
+        for s in [
+            "://",
+            ":",
+            "a:",
+            "a://",
+            "a://?",
+            "local://\u{0}",
+            "local://é?ttl=ü",
+            "local://?&&",
+            "é://x",
+        ] {
             let _ = SourceUrl::parse(s);
         }
     }

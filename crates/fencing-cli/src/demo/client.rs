@@ -56,7 +56,8 @@ pub async fn run(args: ClientArgs) -> u8 {
 fn die_with_parent() {
     #[cfg(target_os = "linux")]
     {
-        let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+        let _ =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     }
 }
 
@@ -74,10 +75,18 @@ async fn client(args: &ClientArgs) -> Result<(), String> {
         return Err(format!("value {bad:?} must be one word"));
     }
     let resource = ResourceName::new(args.lock.as_str()).map_err(|e| e.to_string())?;
-    let source = fencing::connect(&args.source).await.map_err(|e| e.to_string())?;
+    let source = fencing::connect(&args.source)
+        .await
+        .map_err(|e| e.to_string())?;
     let ttl = Duration::from_millis(args.ttl_ms);
-    let options = AcquireOptions::new().ttl(ttl).holder(args.name.as_str()).timeout(ttl + IO_WAIT);
-    let grant = source.acquire(&resource, &options).await.map_err(|e| format!("acquire: {e}"))?;
+    let options = AcquireOptions::new()
+        .ttl(ttl)
+        .holder(args.name.as_str())
+        .timeout(ttl + IO_WAIT);
+    let grant = source
+        .acquire(&resource, &options)
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
     report(&Report::Granted(grant.token())).await;
 
     let mut storage = Storage::connect(args).await?;
@@ -87,7 +96,11 @@ async fn client(args: &ClientArgs) -> Result<(), String> {
             pause(&grant, value).await?;
         }
         let reply = storage.write(&resource, grant.token(), value).await?;
-        report(&Report::Wrote { value: value.clone(), reply: reply.clone() }).await;
+        report(&Report::Wrote {
+            value: value.clone(),
+            reply: reply.clone(),
+        })
+        .await;
         match reply {
             Reply::Ok => {}
             Reply::Rejected { .. } => {
@@ -112,7 +125,11 @@ async fn client(args: &ClientArgs) -> Result<(), String> {
 /// The gap between deciding to write and writing, where a real process may
 /// be descheduled for any length of time.
 async fn pause(grant: &Grant, value: &str) -> Result<(), String> {
-    report(&Report::Pausing { value: value.to_owned(), live: grant.is_live() }).await;
+    report(&Report::Pausing {
+        value: value.to_owned(),
+        live: grant.is_live(),
+    })
+    .await;
     let mut stdin = BufReader::new(tokio::io::stdin());
     match timeout(RESUME_WAIT, read_line(&mut stdin)).await {
         Ok(Ok(Some(_))) => {
@@ -133,23 +150,48 @@ impl Storage {
     async fn connect(args: &ClientArgs) -> Result<Storage, String> {
         let stream = match timeout(IO_WAIT, UnixStream::connect(&args.socket)).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("connecting to storage {}: {e}", args.socket.display())),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "connecting to storage {}: {e}",
+                    args.socket.display()
+                ))
+            }
             Err(_) => return Err("connecting to storage timed out".into()),
         };
-        let mut storage = Storage { conn: BufReader::new(stream) };
-        match storage.call(&Request::Hello { client: args.name.clone() }).await? {
+        let mut storage = Storage {
+            conn: BufReader::new(stream),
+        };
+        match storage
+            .call(&Request::Hello {
+                client: args.name.clone(),
+            })
+            .await?
+        {
             Reply::Ok => Ok(storage),
             other => Err(format!("storage refused HELLO: {other}")),
         }
     }
 
-    async fn write(&mut self, resource: &ResourceName, token: FencingToken, value: &str) -> Result<Reply, String> {
-        self.call(&Request::Write { resource: resource.clone(), token, value: value.to_owned() }).await
+    async fn write(
+        &mut self,
+        resource: &ResourceName,
+        token: FencingToken,
+        value: &str,
+    ) -> Result<Reply, String> {
+        self.call(&Request::Write {
+            resource: resource.clone(),
+            token,
+            value: value.to_owned(),
+        })
+        .await
     }
 
     async fn call(&mut self, request: &Request) -> Result<Reply, String> {
         let exchange = async {
-            self.conn.get_mut().write_all(format!("{request}\n").as_bytes()).await?;
+            self.conn
+                .get_mut()
+                .write_all(format!("{request}\n").as_bytes())
+                .await?;
             read_line(&mut self.conn).await
         };
         match timeout(IO_WAIT, exchange).await {

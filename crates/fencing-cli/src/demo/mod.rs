@@ -13,9 +13,10 @@ mod protocol;
 mod run;
 mod storage;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::{Error, ResourceName};
+use fencing::{Error, FencingSource, ResourceName};
 
 use crate::failure::{Failure, Result};
 use protocol::Reply;
@@ -47,6 +48,8 @@ pub struct DemoArgs {
 pub struct Setup {
     tmp: tempfile::TempDir,
     source: String,
+    /// The parent's own view of the source, to check claims about leases.
+    coordinator: Arc<dyn FencingSource>,
     lock: ResourceName,
     ttl: Duration,
 }
@@ -57,19 +60,34 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         .tempdir()
         .map_err(|e| Failure::runtime(format!("cannot create a temp dir: {e}")))?;
     let given = args.source.is_some();
-    let source = args.source.unwrap_or_else(|| format!("local://{}", tmp.path().join("source").display()));
+    let source = args
+        .source
+        .unwrap_or_else(|| format!("local://{}", tmp.path().join("source").display()));
     // Open the source once here so a bad URL is reported before any child
     // starts, as the user's mistake rather than as a child's failure.
-    match fencing::connect(&source).await {
-        Ok(_) => {}
-        Err(Error::Config(msg)) if given => return Err(Failure::usage(format!("--source {source}: {msg}"))),
+    let coordinator = match fencing::connect(&source).await {
+        Ok(c) => c,
+        Err(Error::Config(msg)) if given => {
+            return Err(Failure::usage(format!("--source {source}: {msg}")))
+        }
         Err(e) => return Err(Failure::runtime(format!("source {source}: {e}"))),
-    }
+    };
     let lock = ResourceName::new("ledger").map_err(|e| Failure::runtime(e.to_string()))?;
-    let setup = Setup { tmp, source, lock, ttl: Duration::from_millis(args.ttl_ms) };
+    let setup = Setup {
+        tmp,
+        source,
+        coordinator,
+        lock,
+        ttl: Duration::from_millis(args.ttl_ms),
+    };
 
     println!("fence demo: a lock holder frozen past its lease, without and with a fencing gate");
-    println!("source {}  lock {:?}  ttl {} ms", setup.source, setup.lock.as_str(), args.ttl_ms);
+    println!(
+        "source {}  lock {:?}  ttl {} ms",
+        setup.source,
+        setup.lock.as_str(),
+        args.ttl_ms
+    );
     println!("C1 and C2 are separate processes; this one owns the storage socket and freezes C1 with SIGSTOP.");
 
     println!("\n--- gate OFF (storage writes blindly) ---");

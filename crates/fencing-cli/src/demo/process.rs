@@ -31,18 +31,36 @@ impl ChildProc {
     /// Re-runs this executable with `args`; stdout is the report channel and
     /// stderr (logs) goes straight to ours.
     pub fn spawn(name: &str, args: Vec<OsString>, with_stdin: bool) -> Result<ChildProc> {
-        let exe = std::env::current_exe()
-            .map_err(|e| Failure::runtime(format!("cannot find the fence executable to start {name}: {e}")))?;
+        let exe = std::env::current_exe().map_err(|e| {
+            Failure::runtime(format!(
+                "cannot find the fence executable to start {name}: {e}"
+            ))
+        })?;
         let mut child = Command::new(&exe)
             .args(args)
-            .stdin(if with_stdin { Stdio::piped() } else { Stdio::null() })
+            .stdin(if with_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Failure::runtime(format!("cannot start {name} ({}): {e}", exe.display())))?;
-        let stdout = child.stdout.take().ok_or_else(|| Failure::runtime("child stdout was not piped"))?;
-        Ok(ChildProc { name: name.to_owned(), stdin: child.stdin.take(), child, stdout: BufReader::new(stdout), reaped: false })
+            .map_err(|e| {
+                Failure::runtime(format!("cannot start {name} ({}): {e}", exe.display()))
+            })?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Failure::runtime("child stdout was not piped"))?;
+        Ok(ChildProc {
+            name: name.to_owned(),
+            stdin: child.stdin.take(),
+            child,
+            stdout: BufReader::new(stdout),
+            reaped: false,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -60,7 +78,10 @@ impl ChildProc {
             Some(report) => Ok(report),
             None => {
                 let status = self.wait_exit().await?;
-                Err(Failure::runtime(format!("{} exited early ({status})", self.name)))
+                Err(Failure::runtime(format!(
+                    "{} exited early ({status})",
+                    self.name
+                )))
             }
         }
     }
@@ -69,35 +90,58 @@ impl ChildProc {
     /// closed its stdout (it is exiting).
     pub async fn next_report_or_exit(&mut self) -> Result<Option<Report>> {
         let line = match timeout(CHILD_WAIT, read_line(&mut self.stdout)).await {
-            Err(_) => return Err(Failure::runtime(format!("{} reported nothing for {CHILD_WAIT:?}", self.name))),
-            Ok(Err(e)) => return Err(Failure::runtime(format!("reading {}'s reports: {e}", self.name))),
+            Err(_) => {
+                return Err(Failure::runtime(format!(
+                    "{} reported nothing for {CHILD_WAIT:?}",
+                    self.name
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(Failure::runtime(format!(
+                    "reading {}'s reports: {e}",
+                    self.name
+                )))
+            }
             Ok(Ok(None)) => return Ok(None),
             Ok(Ok(Some(line))) => line,
         };
         match Report::parse(&line) {
             Ok(Report::Error(msg)) => Err(Failure::runtime(format!("{} failed: {msg}", self.name))),
             Ok(report) => Ok(Some(report)),
-            Err(e) => Err(Failure::runtime(format!("{} sent a bad report: {e}", self.name))),
+            Err(e) => Err(Failure::runtime(format!(
+                "{} sent a bad report: {e}",
+                self.name
+            ))),
         }
     }
 
     /// Writes one line to the child's stdin.
     pub async fn send_line(&mut self, line: &str) -> Result<()> {
-        let fail = |e: std::io::Error| Failure::runtime(format!("writing to {}'s stdin: {e}", self.name));
-        let stdin = self.stdin.as_mut().ok_or_else(|| Failure::runtime(format!("{} has no stdin pipe", self.name)))?;
+        let fail =
+            |e: std::io::Error| Failure::runtime(format!("writing to {}'s stdin: {e}", self.name));
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| Failure::runtime(format!("{} has no stdin pipe", self.name)))?;
         let write = async {
             stdin.write_all(format!("{line}\n").as_bytes()).await?;
             stdin.flush().await
         };
         match timeout(CHILD_WAIT, write).await {
             Ok(r) => r.map_err(fail),
-            Err(_) => Err(Failure::runtime(format!("{}'s stdin stayed full for {CHILD_WAIT:?}", self.name))),
+            Err(_) => Err(Failure::runtime(format!(
+                "{}'s stdin stayed full for {CHILD_WAIT:?}",
+                self.name
+            ))),
         }
     }
 
     pub fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = self.live_pid().ok_or_else(|| Failure::runtime(format!("{} has already exited", self.name)))?;
-        kill_process(pid, signal).map_err(|e| Failure::runtime(format!("signalling {}: {e}", self.name)))
+        let pid = self
+            .live_pid()
+            .ok_or_else(|| Failure::runtime(format!("{} has already exited", self.name)))?;
+        kill_process(pid, signal)
+            .map_err(|e| Failure::runtime(format!("signalling {}: {e}", self.name)))
     }
 
     /// Waits until the kernel shows the child as stopped, so the timeline
@@ -105,20 +149,30 @@ impl ChildProc {
     /// not available to check.
     pub async fn confirm_stopped(&self) -> Result<bool> {
         let Some(pid) = self.pid() else {
-            return Err(Failure::runtime(format!("{} exited instead of stopping", self.name)));
+            return Err(Failure::runtime(format!(
+                "{} exited instead of stopping",
+                self.name
+            )));
         };
         let stat_path = format!("/proc/{pid}/stat");
         let started = tokio::time::Instant::now();
         loop {
-            let Ok(stat) = tokio::fs::read_to_string(&stat_path).await else { return Ok(false) };
+            let Ok(stat) = tokio::fs::read_to_string(&stat_path).await else {
+                return Ok(false);
+            };
             // The state letter follows the command name, which is in
             // parentheses and may itself contain spaces or ')'.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
             if matches!(state, Some("T")) {
                 return Ok(true);
             }
             if started.elapsed() > Duration::from_secs(2) {
-                return Err(Failure::runtime(format!("{} did not stop after SIGSTOP (state {state:?})", self.name)));
+                return Err(Failure::runtime(format!(
+                    "{} did not stop after SIGSTOP (state {state:?})",
+                    self.name
+                )));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -134,7 +188,10 @@ impl ChildProc {
             Ok(Err(e)) => Err(Failure::runtime(format!("waiting for {}: {e}", self.name))),
             Err(_) => {
                 self.kill().await;
-                Err(Failure::runtime(format!("{} did not exit within {CHILD_WAIT:?}; killed it", self.name)))
+                Err(Failure::runtime(format!(
+                    "{} did not exit within {CHILD_WAIT:?}; killed it",
+                    self.name
+                )))
             }
         }
     }

@@ -58,7 +58,9 @@ fn word<'a>(line: &str, field: Option<&'a str>, what: &str) -> Result<&'a str, P
 }
 
 fn token(line: &str, field: Option<&str>, what: &str) -> Result<FencingToken, ProtocolError> {
-    word(line, field, what)?.parse().map_err(|e| bad(line, &format!("bad {what} ({e})")))
+    word(line, field, what)?
+        .parse()
+        .map_err(|e| bad(line, &format!("bad {what} ({e})")))
 }
 
 fn no_more<'a>(line: &str, mut rest: impl Iterator<Item = &'a str>) -> Result<(), ProtocolError> {
@@ -70,8 +72,14 @@ fn no_more<'a>(line: &str, mut rest: impl Iterator<Item = &'a str>) -> Result<()
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    Hello { client: String },
-    Write { resource: ResourceName, token: FencingToken, value: String },
+    Hello {
+        client: String,
+    },
+    Write {
+        resource: ResourceName,
+        token: FencingToken,
+        value: String,
+    },
 }
 
 impl Request {
@@ -89,7 +97,11 @@ impl Request {
                 let token = token(line, f.next(), "token")?;
                 let value = word(line, f.next(), "value")?.to_owned();
                 no_more(line, f)?;
-                Ok(Request::Write { resource, token, value })
+                Ok(Request::Write {
+                    resource,
+                    token,
+                    value,
+                })
             }
             _ => Err(bad(line, "unknown request (expected HELLO or WRITE)")),
         }
@@ -100,7 +112,11 @@ impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Request::Hello { client } => write!(f, "HELLO {client}"),
-            Request::Write { resource, token, value } => write!(f, "WRITE {resource} {token} {value}"),
+            Request::Write {
+                resource,
+                token,
+                value,
+            } => write!(f, "WRITE {resource} {token} {value}"),
         }
     }
 }
@@ -109,7 +125,10 @@ impl fmt::Display for Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     Ok,
-    Rejected { presented: FencingToken, highest: FencingToken },
+    Rejected {
+        presented: FencingToken,
+        highest: FencingToken,
+    },
     Err(String),
 }
 
@@ -119,7 +138,10 @@ impl Reply {
         Reply::from_fields(line, &mut f)
     }
 
-    fn from_fields<'a>(line: &str, f: &mut impl Iterator<Item = &'a str>) -> Result<Reply, ProtocolError> {
+    fn from_fields<'a>(
+        line: &str,
+        f: &mut impl Iterator<Item = &'a str>,
+    ) -> Result<Reply, ProtocolError> {
         match f.next() {
             Some("OK") => no_more(line, f).map(|()| Reply::Ok),
             Some("REJECTED") => {
@@ -140,7 +162,11 @@ impl fmt::Display for Reply {
             Reply::Ok => f.write_str("OK"),
             Reply::Rejected { presented, highest } => write!(f, "REJECTED {presented} {highest}"),
             // Keep it on one line whatever the message holds.
-            Reply::Err(msg) => write!(f, "ERR {}", msg.split_whitespace().collect::<Vec<_>>().join(" ")),
+            Reply::Err(msg) => write!(
+                f,
+                "ERR {}",
+                msg.split_whitespace().collect::<Vec<_>>().join(" ")
+            ),
         }
     }
 }
@@ -164,7 +190,10 @@ impl Report {
             Some("GRANTED") => Report::Granted(token(line, f.next(), "token")?),
             Some("WROTE") => {
                 let value = word(line, f.next(), "value")?.to_owned();
-                return Ok(Report::Wrote { value, reply: Reply::from_fields(line, &mut f)? });
+                return Ok(Report::Wrote {
+                    value,
+                    reply: Reply::from_fields(line, &mut f)?,
+                });
             }
             Some("PAUSING") => {
                 let value = word(line, f.next(), "value")?.to_owned();
@@ -195,7 +224,11 @@ impl fmt::Display for Report {
             Report::Resumed => f.write_str("RESUMED"),
             Report::GivingUp => f.write_str("GIVING-UP"),
             Report::Released => f.write_str("RELEASED"),
-            Report::Error(msg) => write!(f, "ERROR {}", msg.split_whitespace().collect::<Vec<_>>().join(" ")),
+            Report::Error(msg) => write!(
+                f,
+                "ERROR {}",
+                msg.split_whitespace().collect::<Vec<_>>().join(" ")
+            ),
         }
     }
 }
@@ -204,15 +237,23 @@ impl fmt::Display for Report {
 /// `None` at end of input.
 pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R) -> std::io::Result<Option<String>> {
     let mut line = String::new();
-    let n = reader.take(MAX_LINE as u64 + 1).read_line(&mut line).await?;
+    let n = reader
+        .take(MAX_LINE as u64 + 1)
+        .read_line(&mut line)
+        .await?;
     if n == 0 {
         return Ok(None);
     }
     if !line.ends_with('\n') && n > MAX_LINE {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "line too long"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "line too long",
+        ));
     }
     let trimmed = line.strip_suffix('\n').unwrap_or(&line);
-    Ok(Some(trimmed.strip_suffix('\r').unwrap_or(trimmed).to_owned()))
+    Ok(Some(
+        trimmed.strip_suffix('\r').unwrap_or(trimmed).to_owned(),
+    ))
 }
 
 #[cfg(test)]
@@ -225,9 +266,15 @@ mod tests {
 
     #[test]
     fn requests_round_trip() {
-        let w = Request::Write { resource: ResourceName::new("ledger").unwrap(), token: t(7), value: "100".into() };
+        let w = Request::Write {
+            resource: ResourceName::new("ledger").unwrap(),
+            token: t(7),
+            value: "100".into(),
+        };
         assert_eq!(Request::parse(&w.to_string()).unwrap(), w);
-        let h = Request::Hello { client: "C1".into() };
+        let h = Request::Hello {
+            client: "C1".into(),
+        };
         assert_eq!(Request::parse(&h.to_string()).unwrap(), h);
     }
 
@@ -259,10 +306,26 @@ mod tests {
 
     #[test]
     fn replies_round_trip_and_reject_garbage() {
-        for r in [Reply::Ok, Reply::Rejected { presented: t(1), highest: t(2) }, Reply::Err("gate file: disk full".into())] {
+        for r in [
+            Reply::Ok,
+            Reply::Rejected {
+                presented: t(1),
+                highest: t(2),
+            },
+            Reply::Err("gate file: disk full".into()),
+        ] {
             assert_eq!(Reply::parse(&r.to_string()).unwrap(), r);
         }
-        for line in ["", "ok", "OK now", "REJECTED", "REJECTED 1", "REJECTED 1 x", "REJECTED 1 2 3", "NOPE"] {
+        for line in [
+            "",
+            "ok",
+            "OK now",
+            "REJECTED",
+            "REJECTED 1",
+            "REJECTED 1 x",
+            "REJECTED 1 2 3",
+            "NOPE",
+        ] {
             assert!(Reply::parse(line).is_err(), "{line:?} parsed");
         }
     }
@@ -271,9 +334,21 @@ mod tests {
     fn reports_round_trip_and_reject_garbage() {
         for r in [
             Report::Granted(t(3)),
-            Report::Wrote { value: "1".into(), reply: Reply::Rejected { presented: t(3), highest: t(4) } },
-            Report::Wrote { value: "0".into(), reply: Reply::Ok },
-            Report::Pausing { value: "1".into(), live: true },
+            Report::Wrote {
+                value: "1".into(),
+                reply: Reply::Rejected {
+                    presented: t(3),
+                    highest: t(4),
+                },
+            },
+            Report::Wrote {
+                value: "0".into(),
+                reply: Reply::Ok,
+            },
+            Report::Pausing {
+                value: "1".into(),
+                live: true,
+            },
             Report::Resumed,
             Report::GivingUp,
             Report::Released,
@@ -281,7 +356,17 @@ mod tests {
         ] {
             assert_eq!(Report::parse(&r.to_string()).unwrap(), r);
         }
-        for line in ["", "GRANTED", "GRANTED x", "GRANTED 1 2", "WROTE 1", "WROTE 1 MAYBE", "PAUSING 1", "PAUSING 1 live=yes", "RELEASED now"] {
+        for line in [
+            "",
+            "GRANTED",
+            "GRANTED x",
+            "GRANTED 1 2",
+            "WROTE 1",
+            "WROTE 1 MAYBE",
+            "PAUSING 1",
+            "PAUSING 1 live=yes",
+            "RELEASED now",
+        ] {
             assert!(Report::parse(line).is_err(), "{line:?} parsed");
         }
     }
@@ -303,8 +388,14 @@ mod tests {
     async fn read_line_bounds_length_and_strips_endings() {
         let mut input: &[u8] = b"OK\r\nREJECTED 1 2\nlast";
         assert_eq!(read_line(&mut input).await.unwrap().as_deref(), Some("OK"));
-        assert_eq!(read_line(&mut input).await.unwrap().as_deref(), Some("REJECTED 1 2"));
-        assert_eq!(read_line(&mut input).await.unwrap().as_deref(), Some("last"));
+        assert_eq!(
+            read_line(&mut input).await.unwrap().as_deref(),
+            Some("REJECTED 1 2")
+        );
+        assert_eq!(
+            read_line(&mut input).await.unwrap().as_deref(),
+            Some("last")
+        );
         assert_eq!(read_line(&mut input).await.unwrap(), None);
 
         let long = vec![b'x'; MAX_LINE + 10];

@@ -25,24 +25,47 @@ struct Clock(Instant);
 
 impl Clock {
     fn say(&self, what: impl AsRef<str>) {
-        println!("t={:.2}s  {}", self.0.elapsed().as_secs_f64(), what.as_ref());
+        println!(
+            "t={:.2}s  {}",
+            self.0.elapsed().as_secs_f64(),
+            what.as_ref()
+        );
     }
 }
 
 pub async fn run(setup: &Setup, gated: bool) -> Result<Outcome> {
     let tag = if gated { "on" } else { "off" };
     let socket = setup.tmp.path().join(format!("storage-gate-{tag}.sock"));
-    let gate = if gated { Some(open_gate(setup.tmp.path().join("storage.gate")).await?) } else { None };
+    let gate = if gated {
+        Some(open_gate(setup.tmp.path().join("storage.gate")).await?)
+    } else {
+        None
+    };
     let storage = Storage::start(&socket, gate)
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", socket.display())))?;
     let client_args = |name: &str, values: &str, pause: bool| {
-        let mut args: Vec<OsString> = ["demo-client", "--source", &setup.source, "--lock", setup.lock.as_str()]
-            .into_iter()
-            .map(OsString::from)
-            .collect();
-        args.extend(["--ttl-ms".into(), setup.ttl.as_millis().to_string().into(), "--socket".into()]);
+        let mut args: Vec<OsString> = [
+            "demo-client",
+            "--source",
+            &setup.source,
+            "--lock",
+            setup.lock.as_str(),
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        args.extend([
+            "--ttl-ms".into(),
+            setup.ttl.as_millis().to_string().into(),
+            "--socket".into(),
+        ]);
         args.push(socket.clone().into_os_string());
-        args.extend(["--name".into(), name.into(), "--values".into(), values.into()]);
+        args.extend([
+            "--name".into(),
+            name.into(),
+            "--values".into(),
+            values.into(),
+        ]);
         if pause {
             args.push("--pause-before-last".into());
         }
@@ -53,7 +76,11 @@ pub async fn run(setup: &Setup, gated: bool) -> Result<Outcome> {
     let ttl_ms = setup.ttl.as_millis();
     let mut c1 = ChildProc::spawn("C1", client_args("C1", "0,1", true), true)?;
     let t1 = expect_granted(&mut c1).await?;
-    clock.say(format!("C1 (pid {}) acquires the lease on {:?} for {ttl_ms} ms: token {t1}", pid(&c1), setup.lock.as_str()));
+    clock.say(format!(
+        "C1 (pid {}) acquires the lease on {:?} for {ttl_ms} ms: token {t1}",
+        pid(&c1),
+        setup.lock.as_str()
+    ));
     expect_accepted(&mut c1, &clock, "0", t1).await?;
     match c1.next_report().await? {
         Report::Pausing { value, live } => clock.say(format!(
@@ -66,19 +93,37 @@ pub async fn run(setup: &Setup, gated: bool) -> Result<Outcome> {
     c1.signal(Signal::STOP)?;
     let confirmed = c1.confirm_stopped().await?;
     clock.say(format!(
-        "SIGSTOP -> C1 is frozen{} (a GC pause, VM freeze or cgroup throttle); nothing renews its lease",
+        "SIGSTOP -> C1 is frozen{}, as if stalled by garbage collection; nothing renews its lease now",
         if confirmed { "" } else { " (unconfirmed: no /proc)" }
     ));
     // The lease was renewed at most once more before the freeze, so it is
     // gone one TTL after it; the margin absorbs scheduling delay.
     tokio::time::sleep(setup.ttl + (setup.ttl / 5).max(Duration::from_millis(200))).await;
-    clock.say(format!("C1's lease has run out at the source ({ttl_ms} ms without a renewal)"));
+    match setup.coordinator.holder(&setup.lock).await {
+        Ok(None) => clock.say(format!(
+            "C1's lease has run out: {ttl_ms} ms without a renewal, the source shows no holder"
+        )),
+        Ok(Some(h)) => clock.say(format!(
+            "the source still shows {} holding token {}; C2 will wait for it",
+            h.holder, h.token
+        )),
+        Err(e) => {
+            return Err(Failure::runtime(format!(
+                "asking the source for the holder: {e}"
+            )))
+        }
+    }
 
     let mut c2 = ChildProc::spawn("C2", client_args("C2", "100", false), false)?;
     let t2 = expect_granted(&mut c2).await?;
-    clock.say(format!("C2 (pid {}) acquires the lease: token {t2}", pid(&c2)));
+    clock.say(format!(
+        "C2 (pid {}) acquires the lease: token {t2}",
+        pid(&c2)
+    ));
     if t2 <= t1 {
-        return Err(Failure::runtime(format!("the source minted token {t2} after {t1}: not monotonic")));
+        return Err(Failure::runtime(format!(
+            "the source minted token {t2} after {t1}: not monotonic"
+        )));
     }
     expect_accepted(&mut c2, &clock, "100", t2).await?;
     match c2.next_report().await? {
@@ -114,7 +159,7 @@ pub async fn run(setup: &Setup, gated: bool) -> Result<Outcome> {
     while let Some(report) = c1.next_report_or_exit().await? {
         match report {
             Report::GivingUp => {
-                clock.say("C1 sees the rejection: its token is stale, so it must re-acquire, re-read and redo; it exits")
+                clock.say("C1 sees the rejection: its token is stale, so it must take a new lease and start over from a fresh read; it exits")
             }
             Report::Released => {}
             other => return Err(unexpected(&c1, &other)),
@@ -126,9 +171,15 @@ pub async fn run(setup: &Setup, gated: bool) -> Result<Outcome> {
     }
 
     let final_value = storage.value(&setup.lock).await;
-    println!("final value: {}", final_value.as_deref().unwrap_or("(none)"));
+    println!(
+        "final value: {}",
+        final_value.as_deref().unwrap_or("(none)")
+    );
     print_log(&storage.log().await);
-    Ok(Outcome { late_write, final_value })
+    Ok(Outcome {
+        late_write,
+        final_value,
+    })
 }
 
 async fn open_gate(path: std::path::PathBuf) -> Result<FileGate> {
@@ -156,10 +207,21 @@ async fn expect_granted(c: &mut ChildProc) -> Result<FencingToken> {
 
 /// An on-time write must be accepted; anything else means the demo itself
 /// is broken, not that fencing worked.
-async fn expect_accepted(c: &mut ChildProc, clock: &Clock, want: &str, token: FencingToken) -> Result<()> {
+async fn expect_accepted(
+    c: &mut ChildProc,
+    clock: &Clock,
+    want: &str,
+    token: FencingToken,
+) -> Result<()> {
     match c.next_report().await? {
-        Report::Wrote { value, reply: Reply::Ok } if value == want => {
-            clock.say(format!("{} writes value={value} with token {token} -> accepted", c.name()));
+        Report::Wrote {
+            value,
+            reply: Reply::Ok,
+        } if value == want => {
+            clock.say(format!(
+                "{} writes value={value} with token {token} -> accepted",
+                c.name()
+            ));
             Ok(())
         }
         other => Err(unexpected(c, &other)),
@@ -174,6 +236,11 @@ fn print_log(log: &[WriteRecord]) {
             Reply::Rejected { highest, .. } => format!("REJECTED (highest {highest})"),
             Reply::Err(msg) => format!("error: {msg}"),
         };
-        println!("  {:<3} token {:<3} value={:<4} {outcome}", w.client, w.token.to_string(), w.value);
+        println!(
+            "  {:<3} token {:<3} value={:<4} {outcome}",
+            w.client,
+            w.token.to_string(),
+            w.value
+        );
     }
 }

@@ -40,7 +40,11 @@ impl Storage {
     /// Listens on `socket` and serves until dropped.
     pub fn start(socket: &Path, gate: Option<FileGate>) -> std::io::Result<Storage> {
         let listener = UnixListener::bind(socket)?;
-        let state = Arc::new(Mutex::new(State { gate, values: HashMap::new(), log: Vec::new() }));
+        let state = Arc::new(Mutex::new(State {
+            gate,
+            values: HashMap::new(),
+            log: Vec::new(),
+        }));
         let server = tokio::spawn(serve(listener, state.clone()));
         Ok(Storage { state, server })
     }
@@ -95,11 +99,18 @@ async fn serve_connection(stream: UnixStream, state: Arc<Mutex<State>>) {
                 client = name;
                 Reply::Ok
             }
-            Ok(Request::Write { resource, token, value }) => {
-                apply(&state, &client, resource, token, value).await
-            }
+            Ok(Request::Write {
+                resource,
+                token,
+                value,
+            }) => apply(&state, &client, resource, token, value).await,
         };
-        if stream.get_mut().write_all(format!("{reply}\n").as_bytes()).await.is_err() {
+        if stream
+            .get_mut()
+            .write_all(format!("{reply}\n").as_bytes())
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -107,7 +118,13 @@ async fn serve_connection(stream: UnixStream, state: Arc<Mutex<State>>) {
 
 /// Checks the token (if gated) and stores the value as one step: the state
 /// lock is held across both so no admitted write can land after a newer one.
-async fn apply(state: &Mutex<State>, client: &str, resource: ResourceName, token: FencingToken, value: String) -> Reply {
+async fn apply(
+    state: &Mutex<State>,
+    client: &str,
+    resource: ResourceName,
+    token: FencingToken,
+    value: String,
+) -> Reply {
     let mut state = state.lock().await;
     let verdict = match &state.gate {
         None => Ok(()),
@@ -121,7 +138,12 @@ async fn apply(state: &Mutex<State>, client: &str, resource: ResourceName, token
         Err(Error::Stale { presented, highest }) => Reply::Rejected { presented, highest },
         Err(other) => Reply::Err(other.to_string()),
     };
-    state.log.push(WriteRecord { client: client.to_owned(), token, value, reply: reply.clone() });
+    state.log.push(WriteRecord {
+        client: client.to_owned(),
+        token,
+        value,
+        reply: reply.clone(),
+    });
     reply
 }
 
@@ -131,7 +153,11 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     async fn exchange(stream: &mut BufReader<UnixStream>, line: &str) -> String {
-        stream.get_mut().write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        stream
+            .get_mut()
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
         read_line(stream).await.unwrap().unwrap()
     }
 
@@ -139,20 +165,29 @@ mod tests {
     async fn gated_storage_refuses_a_lower_token_and_keeps_the_value() {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("s.sock");
-        let storage = Storage::start(&sock, Some(FileGate::open(dir.path().join("g")).unwrap())).unwrap();
+        let storage =
+            Storage::start(&sock, Some(FileGate::open(dir.path().join("g")).unwrap())).unwrap();
         let mut c = BufReader::new(UnixStream::connect(&sock).await.unwrap());
         assert_eq!(exchange(&mut c, "HELLO tester").await, "OK");
         assert_eq!(exchange(&mut c, "WRITE ledger 5 a").await, "OK");
         assert_eq!(exchange(&mut c, "WRITE ledger 5 b").await, "OK");
         assert_eq!(exchange(&mut c, "WRITE ledger 4 c").await, "REJECTED 4 5");
-        assert!(exchange(&mut c, "WRITE ledger x c").await.starts_with("ERR "));
+        assert!(exchange(&mut c, "WRITE ledger x c")
+            .await
+            .starts_with("ERR "));
         assert!(exchange(&mut c, "garbage").await.starts_with("ERR "));
         let ledger = ResourceName::new("ledger").unwrap();
         assert_eq!(storage.value(&ledger).await.as_deref(), Some("b"));
         let log = storage.log().await;
         assert_eq!(log.len(), 3);
         assert_eq!(log[2].client, "tester");
-        assert_eq!(log[2].reply, Reply::Rejected { presented: FencingToken::new(4), highest: FencingToken::new(5) });
+        assert_eq!(
+            log[2].reply,
+            Reply::Rejected {
+                presented: FencingToken::new(4),
+                highest: FencingToken::new(5)
+            }
+        );
     }
 
     #[tokio::test]
