@@ -9,12 +9,17 @@ use fencing::{AcquireOptions, Error, FencingSource, FileGate, Gate, LocalSource,
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let state = std::env::args().nth(1).map(Into::into).unwrap_or_else(std::env::temp_dir);
+    let state = std::env::args()
+        .nth(1)
+        .map(Into::into)
+        .unwrap_or_else(std::env::temp_dir);
     let source = LocalSource::open(state.join("fencing-example-locks"))?;
     // The gate belongs to the storage; here the storage is this process.
     let gate = FileGate::open(state.join("fencing-example.gate"))?;
     let ledger = ResourceName::new("ledger")?;
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5)).timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30));
 
     for attempt in 1..=3 {
         let grant = source.acquire(&ledger, &opts).await?;

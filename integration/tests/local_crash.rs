@@ -23,22 +23,45 @@ async fn sigkill_while_granting_never_repeats_a_token() {
         tokio::time::sleep(Duration::from_millis(40 + 23 * round as u64)).await;
         for p in procs {
             for line in p.kill_and_collect() {
-                handed_out.push(line.parse().unwrap_or_else(|e| panic!("bad line {line:?}: {e}")));
+                handed_out.push(
+                    line.parse()
+                        .unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
+                );
             }
         }
     }
-    assert!(handed_out.len() > KILLS, "the loop granted too little to test anything");
+    assert!(
+        handed_out.len() > KILLS,
+        "the loop granted too little to test anything"
+    );
     let mut sorted = handed_out.clone();
     sorted.sort();
     sorted.dedup();
-    assert_eq!(sorted.len(), handed_out.len(), "a token was handed out twice");
+    assert_eq!(
+        sorted.len(),
+        handed_out.len(),
+        "a token was handed out twice"
+    );
 
     let source = LocalSource::open(dir.path()).expect("directory readable after kills");
     let r = ResourceName::new("crash").unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(2)).timeout(Duration::from_secs(10));
-    let next = source.acquire(&r, &opts).await.expect("acquire after kills");
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10));
+    let next = source
+        .acquire(&r, &opts)
+        .await
+        .expect("acquire after kills");
     let highest = *sorted.last().unwrap();
-    assert!(next.token() > highest, "token {} after {highest} was handed out", next.token());
-    eprintln!("{} grants across {KILLS} kills; highest handed out {highest}, next {}", handed_out.len(), next.token());
+    assert!(
+        next.token() > highest,
+        "token {} after {highest} was handed out",
+        next.token()
+    );
+    eprintln!(
+        "{} grants across {KILLS} kills; highest handed out {highest}, next {}",
+        handed_out.len(),
+        next.token()
+    );
     next.release().await.unwrap();
 }

@@ -24,7 +24,11 @@ pub(crate) fn write_framed(path: &Path, magic: &[u8; 8], payload: &[u8]) -> Resu
 
     let tmp = tmp_path(path);
     let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -45,7 +49,10 @@ pub(crate) fn read_framed(path: &Path, magic: &[u8; 8]) -> Result<Option<Vec<u8>
 /// Checks magic and checksum, returning the payload.
 pub(crate) fn unframe(path: &Path, magic: &[u8; 8], bytes: &[u8]) -> Result<Vec<u8>> {
     if bytes.len() < magic.len() + CRC_LEN {
-        return Err(Error::corrupt(path, format!("truncated: {} bytes", bytes.len())));
+        return Err(Error::corrupt(
+            path,
+            format!("truncated: {} bytes", bytes.len()),
+        ));
     }
     if &bytes[..magic.len()] != magic {
         return Err(Error::corrupt(path, "unknown file format (bad magic)"));
@@ -53,7 +60,10 @@ pub(crate) fn unframe(path: &Path, magic: &[u8; 8], bytes: &[u8]) -> Result<Vec<
     let (body, crc) = bytes.split_at(bytes.len() - CRC_LEN);
     let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
     if crc32fast::hash(body) != stored {
-        return Err(Error::corrupt(path, "checksum mismatch (truncated or modified)"));
+        return Err(Error::corrupt(
+            path,
+            "checksum mismatch (truncated or modified)",
+        ));
     }
     Ok(body[magic.len()..].to_vec())
 }
@@ -93,7 +103,10 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
         if self.bytes.len() < n {
-            return Err(format!("record cut short: wanted {n} bytes, {} left", self.bytes.len()));
+            return Err(format!(
+                "record cut short: wanted {n} bytes, {} left",
+                self.bytes.len()
+            ));
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;

@@ -121,30 +121,48 @@ fn echo(input: &str) -> String {
 
 impl Error {
     pub(crate) fn invalid_token(input: impl AsRef<str>, reason: &'static str) -> Self {
-        Error::InvalidToken { input: echo(input.as_ref()), reason }
+        Error::InvalidToken {
+            input: echo(input.as_ref()),
+            reason,
+        }
     }
 
     /// Builds [`Error::InvalidResource`], truncating a long name for display.
     pub fn invalid_resource(name: impl AsRef<str>, reason: impl Into<String>) -> Self {
-        Error::InvalidResource { name: echo(name.as_ref()), reason: reason.into() }
+        Error::InvalidResource {
+            name: echo(name.as_ref()),
+            reason: reason.into(),
+        }
     }
 
     /// Builds [`Error::Lost`].
     pub fn lost(resource: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::Lost { resource: resource.into(), reason: reason.into() }
+        Error::Lost {
+            resource: resource.into(),
+            reason: reason.into(),
+        }
     }
 
     /// Wraps a backend's error with what was being done.
     pub fn backend(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
-        Error::Backend { context: context.into(), source: source.into() }
+        Error::Backend {
+            context: context.into(),
+            source: source.into(),
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
-        Error::Corrupt { path: path.into(), reason: reason.into() }
+        Error::Corrupt {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 
     /// True for the errors a writer answers by re-acquiring and redoing its
@@ -161,7 +179,10 @@ mod tests {
 
     #[test]
     fn stale_names_both_numbers() {
-        let e = Error::Stale { presented: FencingToken::new(3), highest: FencingToken::new(5) };
+        let e = Error::Stale {
+            presented: FencingToken::new(3),
+            highest: FencingToken::new(5),
+        };
         let text = e.to_string();
         assert!(text.contains('3') && text.contains('5'), "{text}");
         assert!(e.needs_reacquire());
@@ -170,7 +191,9 @@ mod tests {
     #[test]
     fn long_inputs_are_truncated_on_a_char_boundary() {
         let e = Error::invalid_resource("é".repeat(500), "too long");
-        let Error::InvalidResource { name, .. } = e else { panic!() };
+        let Error::InvalidResource { name, .. } = e else {
+            panic!()
+        };
         assert!(name.ends_with("...") && name.chars().count() == ECHO_LIMIT + 3);
     }
 }

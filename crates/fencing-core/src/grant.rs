@@ -105,7 +105,11 @@ impl Grant {
     /// Assembles a grant. Backends call this; users get grants from a
     /// [`FencingSource`](crate::FencingSource).
     pub fn new(info: GrantInfo, lease: LeaseTracker, backend: Box<dyn GrantBackend>) -> Self {
-        Grant { info, lease, backend: Some(backend) }
+        Grant {
+            info,
+            lease,
+            backend: Some(backend),
+        }
     }
 
     /// The fencing token to carry on every protected write.
@@ -182,7 +186,9 @@ impl Grant {
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        let Some(backend) = self.backend.take() else { return };
+        let Some(backend) = self.backend.take() else {
+            return;
+        };
         self.lease.mark_lost("dropped");
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {

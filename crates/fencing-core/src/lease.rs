@@ -49,7 +49,11 @@ impl LeaseTracker {
     pub fn new(sent_at: Instant, ttl: Duration) -> Self {
         let (deadline, _) = watch::channel(local_deadline(sent_at, ttl));
         LeaseTracker {
-            inner: Arc::new(Inner { deadline, lost: CancellationToken::new(), reason: Mutex::new(None) }),
+            inner: Arc::new(Inner {
+                deadline,
+                lost: CancellationToken::new(),
+                reason: Mutex::new(None),
+            }),
         }
     }
 
@@ -98,7 +102,13 @@ impl LeaseTracker {
     /// Why the grant is lost, once it is.
     #[must_use]
     pub fn loss_reason(&self) -> Option<String> {
-        if let Some(r) = self.inner.reason.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        if let Some(r) = self
+            .inner
+            .reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
             return Some(r);
         }
         (!self.is_live()).then(|| "local deadline passed".to_owned())
@@ -155,7 +165,10 @@ mod tests {
         let start = Instant::now();
         let fired = waiter.await.unwrap();
         assert_eq!(fired - start, Duration::from_secs(9));
-        assert!(!t.renewed(Instant::now(), ttl), "a renewal after loss must not revive");
+        assert!(
+            !t.renewed(Instant::now(), ttl),
+            "a renewal after loss must not revive"
+        );
         assert!(!t.is_live());
     }
 

@@ -48,5 +48,7 @@ pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN};
-pub use source::{default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource};
+pub use source::{
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
+};
 pub use token::FencingToken;

@@ -108,9 +108,17 @@ mod tests {
 
     #[test]
     fn rejects_empty_oversized_nul_and_control() {
-        for bad in [String::new(), "x".repeat(254), "a\0b".into(), "line\nbreak".into()] {
+        for bad in [
+            String::new(),
+            "x".repeat(254),
+            "a\0b".into(),
+            "line\nbreak".into(),
+        ] {
             assert!(
-                matches!(ResourceName::new(bad.clone()), Err(Error::InvalidResource { .. })),
+                matches!(
+                    ResourceName::new(bad.clone()),
+                    Err(Error::InvalidResource { .. })
+                ),
                 "{bad:?}"
             );
         }
@@ -121,7 +129,12 @@ mod tests {
     #[test]
     fn deserialize_validates() {
         assert!(serde_json::from_str::<ResourceName>("\"\"").is_err());
-        assert_eq!(serde_json::from_str::<ResourceName>("\"a\"").unwrap().as_str(), "a");
+        assert_eq!(
+            serde_json::from_str::<ResourceName>("\"a\"")
+                .unwrap()
+                .as_str(),
+            "a"
+        );
     }
 
     proptest! {

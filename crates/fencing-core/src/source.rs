@@ -129,7 +129,10 @@ pub async fn with_timeout<T>(
         None => fut.await,
         Some(after) => match tokio::time::timeout(after, fut).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Timeout { operation: operation(), after }),
+            Err(_) => Err(Error::Timeout {
+                operation: operation(),
+                after,
+            }),
         },
     }
 }
@@ -137,7 +140,10 @@ pub async fn with_timeout<T>(
 /// A default holder identity: host name, process id and a random suffix.
 #[must_use]
 pub fn default_holder_identity() -> String {
-    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &suffix[..8])
 }

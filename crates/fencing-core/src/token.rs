@@ -131,7 +131,18 @@ mod tests {
 
     #[test]
     fn rejects_each_malformed_form_with_a_typed_error() {
-        for bad in ["", "-1", "18446744073709551616", "abc", " 7", "7 ", "+7", "07", "1_0", "0x10"] {
+        for bad in [
+            "",
+            "-1",
+            "18446744073709551616",
+            "abc",
+            " 7",
+            "7 ",
+            "+7",
+            "07",
+            "1_0",
+            "0x10",
+        ] {
             match bad.parse::<FencingToken>() {
                 Err(Error::InvalidToken { input, .. }) => assert_eq!(input, bad),
                 other => panic!("{bad:?} gave {other:?}"),
@@ -161,7 +172,10 @@ mod tests {
     fn serde_is_a_plain_number() {
         let json = serde_json::to_string(&FencingToken::new(9)).unwrap();
         assert_eq!(json, "9");
-        assert_eq!(serde_json::from_str::<FencingToken>("9").unwrap(), FencingToken::new(9));
+        assert_eq!(
+            serde_json::from_str::<FencingToken>("9").unwrap(),
+            FencingToken::new(9)
+        );
     }
 
     proptest! {

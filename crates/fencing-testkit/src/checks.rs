@@ -16,7 +16,11 @@ fn opts(h: &dyn Harness) -> AcquireOptions {
 }
 
 async fn acquire(client: &Client, h: &dyn Harness, resource: &fencing_core::ResourceName) -> Grant {
-    client.source.acquire(resource, &opts(h)).await.expect("acquire")
+    client
+        .source
+        .acquire(resource, &opts(h))
+        .await
+        .expect("acquire")
 }
 
 /// Tokens of successive grants on one resource strictly increase.
@@ -27,7 +31,11 @@ pub async fn sequential_grants_strictly_increase(h: &dyn Harness) {
     for _ in 0..5 {
         let g = acquire(&c, h, &r).await;
         if let Some(prev) = last {
-            assert!(g.token() > prev, "token {} did not increase past {prev}", g.token());
+            assert!(
+                g.token() > prev,
+                "token {} did not increase past {prev}",
+                g.token()
+            );
         }
         last = Some(g.token());
         g.release().await.expect("release");
@@ -46,13 +54,26 @@ pub async fn one_live_grant_under_contention(h: &dyn Harness) {
     let mut tasks = Vec::new();
     for id in 0..CONTENDERS {
         let c = h.client().await;
-        let (r, history, gate, inside, o) = (r.clone(), history.clone(), gate.clone(), inside.clone(), opts(h));
+        let (r, history, gate, inside, o) = (
+            r.clone(),
+            history.clone(),
+            gate.clone(),
+            inside.clone(),
+            opts(h),
+        );
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let g = c.source.acquire(&r, &o).await.expect("acquire");
                 history.granted(id, g.token()).await;
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside at once");
-                history.write(gate.as_ref(), &r, id, g.token()).await.expect("holder's write refused");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders inside at once"
+                );
+                history
+                    .write(gate.as_ref(), &r, id, g.token())
+                    .await
+                    .expect("holder's write refused");
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 history.released(id, g.token()).await;
@@ -83,8 +104,16 @@ pub async fn expiry_regrants_with_higher_token(h: &dyn Harness) {
     let gb = acquire(&b, h, &r).await;
     let granted_at = Instant::now();
     let (lost_at, ga) = lost_at.await.expect("lost watcher");
-    assert!(gb.token() > ga.token(), "re-grant {} not above {}", gb.token(), ga.token());
-    assert!(lost_at <= granted_at, "old holder learned of its loss after the re-grant");
+    assert!(
+        gb.token() > ga.token(),
+        "re-grant {} not above {}",
+        gb.token(),
+        ga.token()
+    );
+    assert!(
+        lost_at <= granted_at,
+        "old holder learned of its loss after the re-grant"
+    );
     gb.release().await.expect("release");
 }
 
@@ -99,14 +128,20 @@ pub async fn release_hands_over_to_waiter(h: &dyn Harness) {
         async move { src.acquire(&r, &o).await.map(|g| (g, Instant::now())) }
     });
     tokio::time::sleep(h.ttl() / 2).await;
-    assert!(!waiter.is_finished(), "waiter got the resource while it was held");
+    assert!(
+        !waiter.is_finished(),
+        "waiter got the resource while it was held"
+    );
     let first = ga.token();
     let released_at = Instant::now();
     ga.release().await.expect("release");
     let (gb, granted_at) = waiter.await.expect("waiter task").expect("waiter acquire");
     assert!(gb.token() > first);
     let wait = granted_at - released_at;
-    assert!(wait < h.ttl(), "hand-over took {wait:?}: the waiter waited for expiry, not release");
+    assert!(
+        wait < h.ttl(),
+        "hand-over took {wait:?}: the waiter waited for expiry, not release"
+    );
     gb.release().await.expect("release");
 }
 
@@ -124,7 +159,10 @@ pub async fn stale_holder_write_is_rejected(h: &dyn Harness) {
     let ga = acquire(&a, h, &r).await;
     history.granted(0, ga.token()).await;
     for gate in gates {
-        history.write(gate, &r, 0, ga.token()).await.expect("first write");
+        history
+            .write(gate, &r, 0, ga.token())
+            .await
+            .expect("first write");
     }
     a.stall().await;
     ga.lost().await;
@@ -132,14 +170,20 @@ pub async fn stale_holder_write_is_rejected(h: &dyn Harness) {
     let gb = acquire(&b, h, &r).await;
     history.granted(1, gb.token()).await;
     for gate in gates {
-        history.write(gate, &r, 1, gb.token()).await.expect("new holder's write");
+        history
+            .write(gate, &r, 1, gb.token())
+            .await
+            .expect("new holder's write");
         match history.write(gate, &r, 0, ga.token()).await {
             Err(Error::Stale { presented, highest }) => {
                 assert_eq!((presented, highest), (ga.token(), gb.token()));
             }
             other => panic!("stale write was not refused: {other:?}"),
         }
-        history.write(gate, &r, 1, gb.token()).await.expect("retry with the current token");
+        history
+            .write(gate, &r, 1, gb.token())
+            .await
+            .expect("retry with the current token");
     }
     history.check().await.expect("stale-write history");
     gb.release().await.expect("release");
@@ -150,11 +194,21 @@ pub async fn validate_turns_false_after_loss(h: &dyn Harness) {
     let r = h.resource("validate");
     let (a, b) = (h.client().await, h.client().await);
     let ga = acquire(&a, h, &r).await;
-    assert!(a.source.validate(&ga).await.expect("validate"), "fresh grant not valid");
-    assert!(b.source.validate(&ga).await.expect("validate from another client"));
+    assert!(
+        a.source.validate(&ga).await.expect("validate"),
+        "fresh grant not valid"
+    );
+    assert!(b
+        .source
+        .validate(&ga)
+        .await
+        .expect("validate from another client"));
     a.stall().await;
     let gb = acquire(&b, h, &r).await;
-    assert!(!b.source.validate(&ga).await.expect("validate"), "superseded grant still valid");
+    assert!(
+        !b.source.validate(&ga).await.expect("validate"),
+        "superseded grant still valid"
+    );
     assert!(!ga.is_live(), "superseded grant still live locally");
     assert!(b.source.validate(&gb).await.expect("validate"));
     gb.release().await.expect("release");
@@ -179,17 +233,38 @@ pub async fn lost_fires_by_the_local_deadline(h: &dyn Harness) {
 pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
     let r = h.resource("holder");
     let (a, b) = (h.client().await, h.client().await);
-    let ga = a.source.acquire(&r, &opts(h).holder("holder-a")).await.expect("acquire");
-    let seen = b.source.holder(&r).await.expect("holder").expect("a holder is shown");
+    let ga = a
+        .source
+        .acquire(&r, &opts(h).holder("holder-a"))
+        .await
+        .expect("acquire");
+    let seen = b
+        .source
+        .holder(&r)
+        .await
+        .expect("holder")
+        .expect("a holder is shown");
     assert_eq!((seen.holder.as_str(), seen.token), ("holder-a", ga.token()));
-    assert!(b.source.try_acquire(&r, &opts(h)).await.expect("try_acquire").is_none());
-    let short = AcquireOptions::new().ttl(h.ttl()).timeout(Duration::from_millis(300));
+    assert!(b
+        .source
+        .try_acquire(&r, &opts(h))
+        .await
+        .expect("try_acquire")
+        .is_none());
+    let short = AcquireOptions::new()
+        .ttl(h.ttl())
+        .timeout(Duration::from_millis(300));
     match b.source.acquire(&r, &short).await {
         Err(Error::Timeout { .. }) => {}
         other => panic!("bounded acquire of a held resource: {other:?}"),
     }
     ga.release().await.expect("release");
-    let gb = b.source.try_acquire(&r, &opts(h)).await.expect("try_acquire").expect("free after release");
+    let gb = b
+        .source
+        .try_acquire(&r, &opts(h))
+        .await
+        .expect("try_acquire")
+        .expect("free after release");
     gb.release().await.expect("release");
     assert_eq!(b.source.holder(&r).await.expect("holder"), None);
 }

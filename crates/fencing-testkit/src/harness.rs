@@ -24,7 +24,10 @@ pub struct Client {
 impl Client {
     /// Pairs a source with the way to stall it.
     pub fn new(source: Arc<dyn FencingSource>, staller: impl Stall + 'static) -> Self {
-        Client { source, staller: Box::new(staller) }
+        Client {
+            source,
+            staller: Box::new(staller),
+        }
     }
 
     /// Stops this client's renewals (see [`Stall`]).
@@ -52,7 +55,10 @@ pub trait Harness: Send + Sync {
 
 fn uuid_like() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
 }
 
@@ -75,7 +81,10 @@ impl LocalHarness {
     /// A fresh state directory.
     #[must_use]
     pub fn new(ttl: Duration) -> Self {
-        LocalHarness { dir: tempfile::tempdir().expect("temp dir"), ttl }
+        LocalHarness {
+            dir: tempfile::tempdir().expect("temp dir"),
+            ttl,
+        }
     }
 }
 

@@ -58,12 +58,20 @@ impl History {
 
     /// Records that `client` got `token`.
     pub async fn granted(&self, client: usize, token: FencingToken) {
-        self.events.lock().await.push(Event::Granted { client, token, at: Instant::now() });
+        self.events.lock().await.push(Event::Granted {
+            client,
+            token,
+            at: Instant::now(),
+        });
     }
 
     /// Records that `client` stops using `token`.
     pub async fn released(&self, client: usize, token: FencingToken) {
-        self.events.lock().await.push(Event::Released { client, token, at: Instant::now() });
+        self.events.lock().await.push(Event::Released {
+            client,
+            token,
+            at: Instant::now(),
+        });
     }
 
     /// Sends a write through the gate and records the verdict.
@@ -81,7 +89,11 @@ impl History {
             Err(Error::Stale { .. }) => false,
             Err(_) => return verdict,
         };
-        events.push(Event::Write { client, token, accepted });
+        events.push(Event::Write {
+            client,
+            token,
+            accepted,
+        });
         verdict
     }
 
@@ -129,7 +141,12 @@ fn check_grants(events: &[Event]) -> Result<(), String> {
 fn check_writes(events: &[Event]) -> Result<(), String> {
     let mut highest: Option<FencingToken> = None;
     for e in events {
-        if let Event::Write { client, token, accepted } = *e {
+        if let Event::Write {
+            client,
+            token,
+            accepted,
+        } = *e
+        {
             let stale = highest.is_some_and(|h| token < h);
             match (accepted, stale) {
                 (true, true) => {
@@ -139,7 +156,9 @@ fn check_writes(events: &[Event]) -> Result<(), String> {
                     ))
                 }
                 (false, false) => {
-                    return Err(format!("client {client} token {token} refused without a higher one"))
+                    return Err(format!(
+                        "client {client} token {token} refused without a higher one"
+                    ))
                 }
                 (true, false) => highest = Some(token),
                 (false, true) => {}
@@ -161,20 +180,51 @@ mod tests {
     fn detects_overlapping_grants_and_regressing_tokens() {
         let at = Instant::now();
         let ok = vec![
-            Event::Granted { client: 0, token: t(1), at },
-            Event::Released { client: 0, token: t(1), at },
-            Event::Granted { client: 1, token: t(2), at },
+            Event::Granted {
+                client: 0,
+                token: t(1),
+                at,
+            },
+            Event::Released {
+                client: 0,
+                token: t(1),
+                at,
+            },
+            Event::Granted {
+                client: 1,
+                token: t(2),
+                at,
+            },
         ];
         assert!(check_grants(&ok).is_ok());
-        let overlap = vec![ok[0].clone(), Event::Granted { client: 1, token: t(2), at }];
+        let overlap = vec![
+            ok[0].clone(),
+            Event::Granted {
+                client: 1,
+                token: t(2),
+                at,
+            },
+        ];
         assert!(check_grants(&overlap).is_err());
-        let backwards = vec![ok[0].clone(), ok[1].clone(), Event::Granted { client: 1, token: t(1), at }];
+        let backwards = vec![
+            ok[0].clone(),
+            ok[1].clone(),
+            Event::Granted {
+                client: 1,
+                token: t(1),
+                at,
+            },
+        ];
         assert!(check_grants(&backwards).is_err());
     }
 
     #[test]
     fn detects_an_accepted_stale_write_and_a_wrong_refusal() {
-        let w = |token: u64, accepted| Event::Write { client: 0, token: t(token), accepted };
+        let w = |token: u64, accepted| Event::Write {
+            client: 0,
+            token: t(token),
+            accepted,
+        };
         assert!(check_writes(&[w(1, true), w(1, true), w(2, true), w(1, false)]).is_ok());
         assert!(check_writes(&[w(2, true), w(1, true)]).is_err());
         assert!(check_writes(&[w(2, true), w(3, false)]).is_err());

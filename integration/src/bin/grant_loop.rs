@@ -19,7 +19,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let source = LocalSource::open(dir)?;
     let resource = ResourceName::new(resource)?;
-    let opts = AcquireOptions::new().ttl(Duration::from_millis(300)).timeout(Duration::from_secs(20));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_millis(300))
+        .timeout(Duration::from_secs(20));
     let mut out = std::io::stdout().lock();
     for _ in 0..MAX_ROUNDS {
         let grant = source.acquire(&resource, &opts).await?;

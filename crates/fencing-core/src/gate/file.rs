@@ -61,7 +61,13 @@ impl FileGate {
             None => BTreeMap::new(),
         };
         tracing::debug!(path = %path.display(), resources = marks.len(), "opened file gate");
-        Ok(FileGate { inner: Arc::new(Inner { path, marks: Mutex::new(marks), _owner: owner }) })
+        Ok(FileGate {
+            inner: Arc::new(Inner {
+                path,
+                marks: Mutex::new(marks),
+                _owner: owner,
+            }),
+        })
     }
 
     /// The file holding the marks.
@@ -170,7 +176,10 @@ mod tests {
             g.admit(&r("a"), FencingToken::new(4)).await.unwrap();
         }
         let g = FileGate::open(&path).unwrap();
-        assert_eq!(g.high_water(&r("a")).await.unwrap(), Some(FencingToken::new(4)));
+        assert_eq!(
+            g.high_water(&r("a")).await.unwrap(),
+            Some(FencingToken::new(4))
+        );
         assert!(matches!(
             g.admit(&r("b"), FencingToken::new(9)).await,
             Err(Error::Stale { .. })

@@ -51,7 +51,9 @@ impl MemoryGate {
     /// The synchronous form of [`Gate::high_water`].
     #[must_use]
     pub fn high_water_now(&self, resource: &ResourceName) -> Option<FencingToken> {
-        self.read().get(resource).map(|m| FencingToken::new(m.load(Ordering::Acquire)))
+        self.read()
+            .get(resource)
+            .map(|m| FencingToken::new(m.load(Ordering::Acquire)))
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ResourceName, Arc<AtomicU64>>> {
@@ -65,7 +67,8 @@ fn raise(mark: &AtomicU64, token: FencingToken) -> Result<()> {
         if !check_token(Some(FencingToken::new(current)), token)? {
             return Ok(());
         }
-        match mark.compare_exchange_weak(current, token.get(), Ordering::AcqRel, Ordering::Acquire) {
+        match mark.compare_exchange_weak(current, token.get(), Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => return Ok(()),
             Err(seen) => current = seen,
         }
@@ -126,9 +129,17 @@ mod tests {
         let max = histories.iter().flatten().map(|(t, _)| *t).max().unwrap();
         assert_eq!(g.high_water_now(&r), Some(max));
         // A token may only be refused when a higher one was accepted.
-        let highest_accepted = histories.iter().flatten().filter(|(_, ok)| *ok).map(|(t, _)| *t).max();
+        let highest_accepted = histories
+            .iter()
+            .flatten()
+            .filter(|(_, ok)| *ok)
+            .map(|(t, _)| *t)
+            .max();
         for (token, ok) in histories.iter().flatten() {
-            assert!(*ok || Some(*token) < highest_accepted, "{token} refused without a higher token");
+            assert!(
+                *ok || Some(*token) < highest_accepted,
+                "{token} refused without a higher token"
+            );
         }
     }
 }

@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 use crate::lease::LeaseTracker;
 use crate::resource::ResourceName;
-use crate::source::{default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource};
+use crate::source::{
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
+};
 use store::{Store, TryGrant};
 
 /// Default lease length of a [`LocalSource`].
@@ -96,7 +98,9 @@ impl LocalSource {
             Error::Config("with_default_ttl must be called before the source is shared".into())
         })?;
         inner.default_ttl = ttl;
-        Ok(LocalSource { inner: Arc::new(inner) })
+        Ok(LocalSource {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The state directory.
@@ -130,7 +134,10 @@ impl LocalSource {
     fn resolve(&self, options: &AcquireOptions) -> Result<(Duration, String)> {
         let ttl = options.ttl.unwrap_or(self.inner.default_ttl);
         check_ttl(ttl)?;
-        let holder = options.holder.clone().unwrap_or_else(|| self.inner.holder.clone());
+        let holder = options
+            .holder
+            .clone()
+            .unwrap_or_else(|| self.inner.holder.clone());
         if holder.is_empty() || holder.len() > 253 || holder.chars().any(char::is_control) {
             return Err(Error::Config(format!(
                 "holder identity {holder:?} must be 1 to 253 bytes without control characters"
@@ -148,7 +155,9 @@ impl LocalSource {
     ) -> Result<std::result::Result<Grant, Duration>> {
         let sent = Instant::now();
         let (r, h) = (resource.clone(), holder.to_owned());
-        let outcome = self.blocking(move |s| s.lock()?.try_grant(&r, &h, ttl)).await?;
+        let outcome = self
+            .blocking(move |s| s.lock()?.try_grant(&r, &h, ttl))
+            .await?;
         match outcome {
             TryGrant::Held { remaining, .. } => Ok(Err(remaining)),
             TryGrant::Granted { token, key } => {
@@ -163,7 +172,11 @@ impl LocalSource {
                 let lease = LeaseTracker::new(sent, ttl);
                 let renewer = tokio::spawn(renew_loop(self.clone(), info.clone(), lease.clone()));
                 tracing::debug!(resource = %resource, %token, "local grant");
-                let backend = LocalGrant { source: self.clone(), info: info.clone(), renewer };
+                let backend = LocalGrant {
+                    source: self.clone(),
+                    info: info.clone(),
+                    renewer,
+                };
                 Ok(Ok(Grant::new(info, lease, Box::new(backend))))
             }
         }
@@ -172,7 +185,9 @@ impl LocalSource {
 
 fn check_ttl(ttl: Duration) -> Result<()> {
     if ttl < MIN_LOCAL_TTL || ttl > Duration::from_secs(24 * 3600) {
-        return Err(Error::Config(format!("lease TTL {ttl:?} must be between 300ms and 24h")));
+        return Err(Error::Config(format!(
+            "lease TTL {ttl:?} must be between 300ms and 24h"
+        )));
     }
     Ok(())
 }
@@ -223,7 +238,9 @@ impl GrantBackend for LocalGrant {
     async fn release(self: Box<Self>) -> Result<()> {
         self.renewer.abort();
         let (r, t) = (self.info.resource.clone(), self.info.token);
-        self.source.blocking(move |s| s.lock()?.release(&r, t)).await
+        self.source
+            .blocking(move |s| s.lock()?.release(&r, t))
+            .await
     }
 }
 
@@ -251,7 +268,11 @@ impl FencingSource for LocalSource {
         .await
     }
 
-    async fn try_acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Option<Grant>> {
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
         let (ttl, holder) = self.resolve(options)?;
         Ok(self.attempt(resource, ttl, &holder).await?.ok())
     }
@@ -265,6 +286,9 @@ impl FencingSource for LocalSource {
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
         let r = resource.clone();
         let found = self.blocking(move |s| s.lock()?.holder(&r)).await?;
-        Ok(found.map(|(rec, _)| HolderInfo { holder: rec.holder, token: rec.token }))
+        Ok(found.map(|(rec, _)| HolderInfo {
+            holder: rec.holder,
+            token: rec.token,
+        }))
     }
 }

@@ -50,8 +50,13 @@ pub(crate) struct Clock {
 impl Clock {
     pub(crate) fn now() -> Clock {
         let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        let ns = (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64);
-        Clock { ns, boot_id: boot_id() }
+        let ns = (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64);
+        Clock {
+            ns,
+            boot_id: boot_id(),
+        }
     }
 }
 
@@ -83,7 +88,9 @@ impl Store {
     /// Opens the directory, creating it and its identity on first use.
     pub(crate) fn open(dir: &Path) -> Result<(Store, String)> {
         fs::create_dir_all(dir.join("leases")).map_err(|e| Error::io(dir, e))?;
-        let store = Store { dir: dir.to_path_buf() };
+        let store = Store {
+            dir: dir.to_path_buf(),
+        };
         let identity = store.lock()?.identity()?;
         Ok((store, identity))
     }
@@ -97,7 +104,10 @@ impl Store {
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
         file.lock().map_err(|e| Error::io(&path, e))?;
-        Ok(Locked { store: self, _lock: file })
+        Ok(Locked {
+            store: self,
+            _lock: file,
+        })
     }
 
     fn lease_path(&self, resource: &str) -> PathBuf {
@@ -113,7 +123,8 @@ impl Locked<'_> {
     fn identity(&self) -> Result<String> {
         let path = self.store.dir.join("identity");
         if let Some(payload) = durable::read_framed(&path, IDENTITY_MAGIC)? {
-            return String::from_utf8(payload).map_err(|_| Error::corrupt(&path, "identity is not UTF-8"));
+            return String::from_utf8(payload)
+                .map_err(|_| Error::corrupt(&path, "identity is not UTF-8"));
         }
         let id = format!("local:{}", uuid::Uuid::new_v4());
         durable::write_framed(&path, IDENTITY_MAGIC, id.as_bytes())?;
@@ -128,7 +139,8 @@ impl Locked<'_> {
             Some(payload) => {
                 let mut r = Reader::new(&payload);
                 let v = r.u64().and_then(|v| r.finish().map(|()| v));
-                v.map(FencingToken::new).map_err(|reason| Error::corrupt(&path, reason))
+                v.map(FencingToken::new)
+                    .map_err(|reason| Error::corrupt(&path, reason))
             }
         }
     }
@@ -139,16 +151,25 @@ impl Locked<'_> {
         let next = self.last_token()?.get().checked_add(1).ok_or_else(|| {
             Error::corrupt(self.store.dir.join("counter"), "token counter exhausted")
         })?;
-        durable::write_framed(&self.store.dir.join("counter"), COUNTER_MAGIC, &next.to_le_bytes())?;
+        durable::write_framed(
+            &self.store.dir.join("counter"),
+            COUNTER_MAGIC,
+            &next.to_le_bytes(),
+        )?;
         Ok(FencingToken::new(next))
     }
 
     fn read_lease(&self, resource: &str) -> Result<Option<LeaseRecord>> {
         let path = self.store.lease_path(resource);
-        let Some(payload) = durable::read_framed(&path, LEASE_MAGIC)? else { return Ok(None) };
+        let Some(payload) = durable::read_framed(&path, LEASE_MAGIC)? else {
+            return Ok(None);
+        };
         let record = decode_lease(&payload).map_err(|reason| Error::corrupt(&path, reason))?;
         if record.resource != resource {
-            return Err(Error::corrupt(&path, "lease file belongs to another resource"));
+            return Err(Error::corrupt(
+                &path,
+                "lease file belongs to another resource",
+            ));
         }
         Ok(Some(record))
     }
@@ -160,16 +181,27 @@ impl Locked<'_> {
     }
 
     /// The live holder of a resource.
-    pub(crate) fn holder(&self, resource: &ResourceName) -> Result<Option<(LeaseRecord, Duration)>> {
+    pub(crate) fn holder(
+        &self,
+        resource: &ResourceName,
+    ) -> Result<Option<(LeaseRecord, Duration)>> {
         let now = Clock::now();
-        Ok(self.read_lease(resource.as_str())?.filter(|r| r.is_live(&now)).map(|r| {
-            let remaining = Duration::from_nanos(r.expires_ns - now.ns);
-            (r, remaining)
-        }))
+        Ok(self
+            .read_lease(resource.as_str())?
+            .filter(|r| r.is_live(&now))
+            .map(|r| {
+                let remaining = Duration::from_nanos(r.expires_ns - now.ns);
+                (r, remaining)
+            }))
     }
 
     /// Takes the resource if no live lease holds it.
-    pub(crate) fn try_grant(&self, resource: &ResourceName, holder: &str, ttl: Duration) -> Result<TryGrant> {
+    pub(crate) fn try_grant(
+        &self,
+        resource: &ResourceName,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<TryGrant> {
         if let Some((_, remaining)) = self.holder(resource)? {
             return Ok(TryGrant::Held { remaining });
         }
@@ -186,7 +218,12 @@ impl Locked<'_> {
     }
 
     /// Extends the lease if `token` still holds it. False when it does not.
-    pub(crate) fn renew(&self, resource: &ResourceName, token: FencingToken, ttl: Duration) -> Result<bool> {
+    pub(crate) fn renew(
+        &self,
+        resource: &ResourceName,
+        token: FencingToken,
+        ttl: Duration,
+    ) -> Result<bool> {
         let now = Clock::now();
         match self.read_lease(resource.as_str())? {
             Some(mut r) if r.token == token && r.is_live(&now) => {
@@ -201,14 +238,18 @@ impl Locked<'_> {
     /// Removes the lease if `token` still holds it.
     pub(crate) fn release(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
         match self.read_lease(resource.as_str())? {
-            Some(r) if r.token == token => durable::remove(&self.store.lease_path(resource.as_str())),
+            Some(r) if r.token == token => {
+                durable::remove(&self.store.lease_path(resource.as_str()))
+            }
             _ => Ok(()),
         }
     }
 
     /// True when `token` holds a live lease on the resource.
     pub(crate) fn is_current(&self, resource: &ResourceName, token: FencingToken) -> Result<bool> {
-        Ok(self.holder(resource)?.is_some_and(|(r, _)| r.token == token))
+        Ok(self
+            .holder(resource)?
+            .is_some_and(|(r, _)| r.token == token))
     }
 }
 
@@ -247,13 +288,20 @@ mod tests {
         assert!(id.starts_with("local:"));
         let r = ResourceName::new("res").unwrap();
         let l = store.lock().unwrap();
-        let TryGrant::Granted { token, key } = l.try_grant(&r, "me", Duration::from_secs(30)).unwrap() else {
+        let TryGrant::Granted { token, key } =
+            l.try_grant(&r, "me", Duration::from_secs(30)).unwrap()
+        else {
             panic!("free resource not granted")
         };
         assert_eq!(token, FencingToken::new(1));
-        assert!(matches!(l.try_grant(&r, "you", Duration::from_secs(30)).unwrap(), TryGrant::Held { .. }));
+        assert!(matches!(
+            l.try_grant(&r, "you", Duration::from_secs(30)).unwrap(),
+            TryGrant::Held { .. }
+        ));
         assert!(l.renew(&r, token, Duration::from_secs(30)).unwrap());
-        assert!(!l.renew(&r, FencingToken::new(99), Duration::from_secs(30)).unwrap());
+        assert!(!l
+            .renew(&r, FencingToken::new(99), Duration::from_secs(30))
+            .unwrap());
         fs::write(&key, b"garbage").unwrap();
         assert!(matches!(l.holder(&r), Err(Error::Corrupt { .. })));
         fs::write(dir.path().join("counter"), b"FNCCNTR1").unwrap();
@@ -262,7 +310,10 @@ mod tests {
 
     #[test]
     fn a_record_from_another_boot_is_expired() {
-        let now = Clock { ns: 10, boot_id: "b".into() };
+        let now = Clock {
+            ns: 10,
+            boot_id: "b".into(),
+        };
         let rec = LeaseRecord {
             resource: "r".into(),
             holder: "h".into(),
@@ -271,7 +322,11 @@ mod tests {
             boot_id: "a".into(),
         };
         assert!(!rec.is_live(&now));
-        assert!(LeaseRecord { boot_id: "b".into(), ..rec }.is_live(&now));
+        assert!(LeaseRecord {
+            boot_id: "b".into(),
+            ..rec
+        }
+        .is_live(&now));
     }
 
     proptest! {
