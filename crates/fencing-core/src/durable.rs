@@ -22,7 +22,7 @@ pub(crate) fn write_framed(path: &Path, magic: &[u8; 8], payload: &[u8]) -> Resu
     let crc = crc32fast::hash(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
 
-    let tmp = tmp_path(path);
+    let tmp = sibling(path, ".tmp");
     let write = || -> std::io::Result<()> {
         let mut f = OpenOptions::new()
             .write(true)
@@ -77,10 +77,22 @@ pub(crate) fn remove(path: &Path) -> Result<()> {
     }
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
+/// `path` with `suffix` appended to its file name.
+pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
+    name.push(suffix);
     path.with_file_name(name)
+}
+
+/// Opens (creating) a file used only for `flock(2)`. The lock is released
+/// when the file is closed, also when the process dies.
+pub(crate) fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(path, e))
 }
 
 fn sync_dir(path: &Path) -> std::io::Result<()> {

@@ -56,11 +56,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
         SourceUrl::Local { dir, default_ttl } => {
             let shown = dir.display().to_string();
             let source = tokio::task::spawn_blocking(move || {
-                let source = LocalSource::open(&dir)?;
-                match default_ttl {
-                    Some(ttl) => source.with_default_ttl(ttl),
-                    None => Ok(source),
-                }
+                LocalSource::open_with_ttl(&dir, default_ttl.unwrap_or(DEFAULT_LOCAL_TTL))
             })
             .await
             .map_err(|e| Error::backend("opening the local source", e))??;

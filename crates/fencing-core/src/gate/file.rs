@@ -1,7 +1,7 @@
 //! A durable gate kept in one file.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -109,15 +109,8 @@ impl Gate for FileGate {
 }
 
 fn lock_owner(path: &Path) -> Result<File> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    let lock_path = path.with_file_name(name);
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| Error::io(&lock_path, e))?;
+    let lock_path = durable::sibling(path, ".lock");
+    let file = durable::open_lock_file(&lock_path)?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::Config(format!(

@@ -73,10 +73,18 @@ struct Inner {
 }
 
 impl LocalSource {
-    /// Opens (creating if needed) the state directory.
+    /// Opens (creating if needed) the state directory, with the default
+    /// lease length [`DEFAULT_LOCAL_TTL`].
     ///
     /// Blocking: call it at start-up, or from `spawn_blocking`.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_ttl(dir, DEFAULT_LOCAL_TTL)
+    }
+
+    /// Like [`open`](Self::open), with the lease length used when the
+    /// acquire options give none.
+    pub fn open_with_ttl(dir: impl AsRef<Path>, default_ttl: Duration) -> Result<Self> {
+        check_ttl(default_ttl)?;
         let dir = dir.as_ref().to_path_buf();
         let (store, identity) = Store::open(&dir)?;
         Ok(LocalSource {
@@ -85,21 +93,9 @@ impl LocalSource {
                 dir,
                 identity: SourceId::new(identity),
                 holder: default_holder_identity(),
-                default_ttl: DEFAULT_LOCAL_TTL,
+                default_ttl,
                 renewals_paused: Arc::new(AtomicBool::new(false)),
             }),
-        })
-    }
-
-    /// Sets the lease length used when the options give none.
-    pub fn with_default_ttl(self, ttl: Duration) -> Result<Self> {
-        check_ttl(ttl)?;
-        let mut inner = Arc::try_unwrap(self.inner).map_err(|_| {
-            Error::Config("with_default_ttl must be called before the source is shared".into())
-        })?;
-        inner.default_ttl = ttl;
-        Ok(LocalSource {
-            inner: Arc::new(inner),
         })
     }
 

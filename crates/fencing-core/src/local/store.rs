@@ -8,7 +8,7 @@
 //! - `counter`: the last token minted, fsynced before a grant is returned;
 //! - `leases/<hash>.lease`: the current holder of one resource.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -97,12 +97,7 @@ impl Store {
 
     pub(crate) fn lock(&self) -> Result<Locked<'_>> {
         let path = self.dir.join("lock");
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
+        let file = durable::open_lock_file(&path)?;
         file.lock().map_err(|e| Error::io(&path, e))?;
         Ok(Locked {
             store: self,
