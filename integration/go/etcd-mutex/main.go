@@ -1,0 +1,302 @@
+// Command etcd-mutex drives the official etcd Go client's concurrency.Mutex so
+// that Rust tests can contend with a real Go holder on the same lock prefix
+// (key = prefix + "/" + hex lease id, order = create revision).
+//
+// Every event is one JSON object on its own line on stdout. os.Stdout is
+// unbuffered in Go and each event is a single Write, so a reader sees it at
+// once.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Timeouts: lockTimeout bounds a (possibly contended) Lock; opTimeout bounds
+// every other single request so a dead cluster cannot hang the test.
+const (
+	lockTimeout = 30 * time.Second
+	opTimeout   = 5 * time.Second
+)
+
+var id = fmt.Sprintf("go-%d", os.Getpid())
+
+func emit(v map[string]any) {
+	b, _ := json.Marshal(v)
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func fail(err error) {
+	emit(map[string]any{"event": "error", "id": id, "error": err.Error()})
+	os.Exit(1)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(errors.New("usage: etcd-mutex contend|bench [flags]"))
+	}
+	var err error
+	switch os.Args[1] {
+	case "contend":
+		err = contend(os.Args[2:])
+	case "bench":
+		err = bench(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q (want contend or bench)", os.Args[1])
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func connect(endpoints string) (*clientv3.Client, error) {
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("--endpoints is required")
+	}
+	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+}
+
+// newSession grants the lease itself under a timeout: NewSession would use its
+// context both for Grant and for the lifetime of the keep-alive, so a deadline
+// there would later kill the keep-alive.
+func newSession(cli *clientv3.Client, ttl int) (*concurrency.Session, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	lease, err := cli.Grant(ctx, int64(ttl))
+	if err != nil {
+		return nil, fmt.Errorf("grant: %w", err)
+	}
+	// WithTTL too: Session.Close uses it as the Revoke timeout.
+	return concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(ttl))
+}
+
+func lock(m *concurrency.Mutex) error {
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	return nil
+}
+
+func unlock(m *concurrency.Mutex) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := m.Unlock(ctx); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	return nil
+}
+
+func get(cli *clientv3.Client, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return cli.Get(ctx, key, opts...)
+}
+
+func contend(args []string) error {
+	fs := flag.NewFlagSet("contend", flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
+	prefix := fs.String("prefix", "", "lock prefix (the mutex keys live under prefix/)")
+	counter := fs.String("counter", "", "key of the shared counter")
+	rounds := fs.Int("rounds", 0, "number of lock rounds")
+	ttl := fs.Int("ttl", 5, "session lease TTL in seconds")
+	holdMs := fs.Int("hold-ms", 5, "sleep between reading and writing the counter")
+	fs.StringVar(&id, "id", id, "name reported in every event")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prefix == "" || *counter == "" || *rounds <= 0 {
+		return errors.New("contend needs --prefix, --counter and --rounds > 0")
+	}
+	cli, err := connect(*endpoints)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	s, err := newSession(cli, *ttl)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	for i := 0; i < *rounds; i++ {
+		m := concurrency.NewMutex(s, *prefix)
+		if err := lock(m); err != nil {
+			return err
+		}
+		// The fencing token is our key's create revision (the order Mutex
+		// grants in); m.Header().Revision is only the store revision at the
+		// moment Lock returned.
+		kr, err := get(cli, m.Key())
+		if err != nil {
+			return fmt.Errorf("get own key: %w", err)
+		}
+		if len(kr.Kvs) != 1 {
+			return fmt.Errorf("own key %q missing after Lock (session expired?)", m.Key())
+		}
+		token := kr.Kvs[0].CreateRevision
+
+		// Deliberately non-atomic read-modify-write: only the lock keeps the
+		// counter consistent, which is what the test checks.
+		cr, err := get(cli, *counter)
+		if err != nil {
+			return fmt.Errorf("get counter: %w", err)
+		}
+		var value int64
+		if len(cr.Kvs) == 1 {
+			if value, err = strconv.ParseInt(string(cr.Kvs[0].Value), 10, 64); err != nil {
+				return fmt.Errorf("counter value %q: %w", cr.Kvs[0].Value, err)
+			}
+		}
+		time.Sleep(time.Duration(*holdMs) * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err = cli.Put(ctx, *counter, strconv.FormatInt(value+1, 10))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("put counter: %w", err)
+		}
+		emit(map[string]any{"event": "held", "id": id, "token": token, "read": value})
+		if err := unlock(m); err != nil {
+			return err
+		}
+	}
+	emit(map[string]any{"event": "done", "id": id, "rounds": *rounds})
+	return nil
+}
+
+func bench(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
+	prefix := fs.String("prefix", "", "lock prefix (the mutex keys live under prefix/)")
+	iterations := fs.Int("iterations", 0, "number of measured iterations per phase")
+	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
+	settleMs := fs.Int("settle-ms", 0, "extra wait after the waiter queued, before A unlocks")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prefix == "" || *iterations <= 0 {
+		return errors.New("bench needs --prefix and --iterations > 0")
+	}
+	cli, err := connect(*endpoints)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sa, err := newSession(cli, *ttl)
+	if err != nil {
+		return err
+	}
+	defer sa.Close()
+	sb, err := newSession(cli, *ttl)
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+
+	unc := make([]time.Duration, 0, *iterations)
+	for i := 0; i < *iterations; i++ {
+		m := concurrency.NewMutex(sa, *prefix)
+		t0 := time.Now()
+		if err := lock(m); err != nil {
+			return err
+		}
+		if err := unlock(m); err != nil {
+			return err
+		}
+		unc = append(unc, time.Since(t0))
+	}
+
+	type result struct {
+		at  time.Time
+		err error
+	}
+	hand := make([]time.Duration, 0, *iterations)
+	for i := 0; i < *iterations; i++ {
+		a, b := concurrency.NewMutex(sa, *prefix), concurrency.NewMutex(sb, *prefix)
+		if err := lock(a); err != nil {
+			return err
+		}
+		done := make(chan result, 1)
+		go func() {
+			err := lock(b)
+			done <- result{time.Now(), err}
+		}()
+		// B is queued once its key exists; its watch starts at a revision it
+		// has seen, so it cannot miss A's delete. But Mutex watches FROM the
+		// Get's header revision (not +1), so the server puts that watcher in
+		// its "unsynced" group, which it catches up only every 100 ms: an
+		// unlock right after B queued costs B up to 100 ms. --settle-ms > 100
+		// measures the handover to an already-synced watcher instead.
+		if err := waitKeys(cli, *prefix+"/", 2); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(*settleMs) * time.Millisecond)
+		t0 := time.Now()
+		if err := unlock(a); err != nil {
+			return err
+		}
+		r := <-done
+		if r.err != nil {
+			return r.err
+		}
+		hand = append(hand, r.at.Sub(t0))
+		if err := unlock(b); err != nil {
+			return err
+		}
+	}
+
+	um, up := stats(unc)
+	hm, hp := stats(hand)
+	emit(map[string]any{"event": "bench", "uncontended_median_us": um, "uncontended_p90_us": up,
+		"handover_median_us": hm, "handover_p90_us": hp, "iterations": *iterations, "settle_ms": *settleMs})
+	return nil
+}
+
+// waitKeys polls (bounded) until n keys exist under pfx.
+func waitKeys(cli *clientv3.Client, pfx string, n int64) error {
+	deadline := time.Now().Add(opTimeout)
+	for {
+		r, err := get(cli, pfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return fmt.Errorf("count waiters: %w", err)
+		}
+		if r.Count >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiter did not queue within %v (%d keys under %q)", opTimeout, r.Count, pfx)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// stats returns the median and the 90th percentile (nearest rank) in µs.
+func stats(d []time.Duration) (int64, int64) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	rank := func(p float64) int64 {
+		i := int(p*float64(len(d))+0.999999) - 1
+		if i < 0 {
+			i = 0
+		}
+		return d[i].Microseconds()
+	}
+	return rank(0.5), rank(0.9)
+}
