@@ -78,6 +78,11 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// The coordinator refused the credentials or the permission for an
+    /// operation (bad password, missing role or RBAC verb).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+
     /// Durable state on disk is damaged. It is never silently reset: a reset
     /// could lower a high-water mark or repeat a token.
     #[error("corrupt fencing state in {path}: {reason}")]

@@ -1,0 +1,232 @@
+//! Connection settings and the `etcd://` / `etcds://` URL form.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fencing_core::{Error, Result};
+
+/// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
+/// sessions fail over faster, and a fenced store is safe either way).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+
+/// Default limit for one request to the cluster.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// TLS files for `etcds://` clusters (PEM).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA bundle that signed the servers' certificates.
+    pub ca: Option<PathBuf>,
+    /// Client certificate, for clusters with `--client-cert-auth`.
+    pub cert: Option<PathBuf>,
+    /// Key of the client certificate.
+    pub key: Option<PathBuf>,
+    /// Name to verify in the server certificate, when it differs from the host.
+    pub domain: Option<String>,
+}
+
+/// How to reach an etcd cluster and where the locks live.
+///
+/// ```
+/// use fencing_etcd::EtcdConfig;
+///
+/// let cfg = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379/app/locks?ttl=10")?;
+/// assert_eq!(cfg.endpoints.len(), 2);
+/// assert_eq!(cfg.prefix, "/app/locks");
+/// assert_eq!(cfg.ttl.as_secs(), 10);
+/// # Ok::<(), fencing_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EtcdConfig {
+    /// `host:port` of each member; the client fails over between them.
+    pub endpoints: Vec<String>,
+    /// Key prefix under which every lock lives (`PREFIX/RESOURCE/LEASE`).
+    pub prefix: String,
+    /// Session TTL, whole seconds (etcd leases count in seconds).
+    pub ttl: Duration,
+    /// Limit for each request; an unreachable cluster gives a timeout
+    /// error naming the endpoints after this long.
+    pub request_timeout: Duration,
+    /// User name and password for clusters with auth enabled.
+    pub auth: Option<(String, String)>,
+    /// TLS settings; `None` means plain HTTP/2.
+    pub tls: Option<TlsFiles>,
+}
+
+impl EtcdConfig {
+    /// Settings with defaults for the given endpoints and lock prefix.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>, prefix: impl Into<String>) -> Result<Self> {
+        let cfg = EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: prefix.into(),
+            ttl: DEFAULT_TTL,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            auth: None,
+            tls: None,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Sets the session TTL (rounded up to whole seconds, at least 1 s).
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = whole_seconds(ttl);
+        self
+    }
+
+    /// Sets the per-request time limit.
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Authenticates as `user`.
+    #[must_use]
+    pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Connects over TLS.
+    #[must_use]
+    pub fn tls(mut self, tls: TlsFiles) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Parses `etcd://host:port[,host:port...]/prefix[?ttl=SECS&timeout=SECS&user=U&password=P]`;
+    /// `etcds://` adds TLS with `ca=`, `cert=`, `key=` and `domain=` query
+    /// parameters (file paths).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = |why: &str| Error::Config(format!("etcd URL {url:?}: {why}"));
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("etcds://") {
+            (true, rest)
+        } else {
+            return Err(bad("must start with etcd:// or etcds://"));
+        };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, path) = rest.split_once('/').ok_or_else(|| bad("missing /prefix after the hosts"))?;
+        let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+        let mut cfg = EtcdConfig::new(endpoints, format!("/{}", path.trim_end_matches('/')))
+            .map_err(|e| bad(&e.to_string()))?;
+        let mut files = TlsFiles::default();
+        let mut user = None;
+        let mut password = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+            match k {
+                "ttl" => cfg.ttl = whole_seconds(seconds(v).ok_or_else(|| bad("ttl must be a positive number of seconds"))?),
+                "timeout" => {
+                    cfg.request_timeout = seconds(v).ok_or_else(|| bad("timeout must be a positive number of seconds"))?
+                }
+                "user" => user = Some(v.to_owned()),
+                "password" => password = Some(v.to_owned()),
+                "ca" | "cert" | "key" | "domain" if !tls => {
+                    return Err(bad(&format!("{k}= needs an etcds:// URL")));
+                }
+                "ca" => files.ca = Some(v.into()),
+                "cert" => files.cert = Some(v.into()),
+                "key" => files.key = Some(v.into()),
+                "domain" => files.domain = Some(v.to_owned()),
+                other => return Err(bad(&format!("unknown parameter {other:?}"))),
+            }
+        }
+        match (user, password) {
+            (Some(u), Some(p)) => cfg.auth = Some((u, p)),
+            (None, None) => {}
+            _ => return Err(bad("user= and password= go together")),
+        }
+        if files.cert.is_some() != files.key.is_some() {
+            return Err(bad("cert= and key= go together"));
+        }
+        if tls {
+            cfg.tls = Some(files);
+        }
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.endpoints.is_empty() || self.endpoints.iter().any(|e| !valid_endpoint(e)) {
+            return Err(Error::Config(format!(
+                "etcd endpoints {:?} must each be host:port",
+                self.endpoints
+            )));
+        }
+        check_prefix(&self.prefix)
+    }
+}
+
+/// A lock prefix must be non-empty text without NUL.
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix == "/" {
+        return Err(Error::Config("etcd key prefix is empty".into()));
+    }
+    if prefix.contains('\0') {
+        return Err(Error::Config(format!("etcd key prefix {prefix:?} contains NUL")));
+    }
+    Ok(())
+}
+
+fn valid_endpoint(e: &str) -> bool {
+    match e.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+fn seconds(v: &str) -> Option<Duration> {
+    let secs: f64 = v.parse().ok()?;
+    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+}
+
+fn whole_seconds(ttl: Duration) -> Duration {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    Duration::from_secs(secs.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hosts_prefix_and_options() {
+        let c = EtcdConfig::from_url("etcds://a:1,b:2/x/y/?ttl=2.5&timeout=1&ca=/c.pem&cert=/u.pem&key=/k.pem&user=u&password=p")
+            .unwrap();
+        assert_eq!(c.endpoints, ["a:1", "b:2"]);
+        assert_eq!(c.prefix, "/x/y");
+        assert_eq!(c.ttl, Duration::from_secs(3));
+        assert_eq!(c.request_timeout, Duration::from_secs(1));
+        assert_eq!(c.auth, Some(("u".into(), "p".into())));
+        assert_eq!(c.tls.unwrap().cert, Some(PathBuf::from("/u.pem")));
+    }
+
+    #[test]
+    fn refuses_malformed_urls_with_a_reason() {
+        for bad in [
+            "",
+            "etcd://",
+            "etcd://a:1",
+            "etcd://a:1/",
+            "etcd://a/x",
+            "etcd://a:0/x",
+            "etcd://a:1,/x",
+            "etcd://a:1/x?ttl=-1",
+            "etcd://a:1/x?ttl=nan",
+            "etcd://a:1/x?ca=/c",
+            "etcd://a:1/x?user=u",
+            "etcd://a:1/x?bogus=1",
+            "etcd://a:1/x\0y",
+            "http://a:1/x",
+        ] {
+            match EtcdConfig::from_url(bad) {
+                Err(Error::Config(msg)) => assert!(!msg.is_empty()),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}

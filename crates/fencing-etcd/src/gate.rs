@@ -1,0 +1,78 @@
+//! EtcdGate: high-water marks kept in etcd, advanced with a txn compare.
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use fencing_core::{check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+
+use crate::config::check_prefix;
+use crate::conn::Conn;
+
+/// How often a raise is retried when other writers move the mark meanwhile.
+const MAX_RACES: usize = 32;
+
+/// A [`Gate`] whose marks live in etcd at `PREFIX/RESOURCE` (decimal text),
+/// so every storage node that shares the cluster shares the marks and they
+/// survive restarts. A raise is one txn that only applies if the mark did not
+/// change since it was read.
+///
+/// Get one from [`EtcdSource::gate`](crate::EtcdSource::gate). Use
+/// [`admit_grant`](Self::admit_grant) where the grant is at hand: it also
+/// refuses grants minted by another cluster.
+#[derive(Clone)]
+pub struct EtcdGate {
+    conn: Conn,
+    source: SourceId,
+    prefix: String,
+}
+
+impl EtcdGate {
+    pub(crate) fn new(conn: Conn, source: SourceId, prefix: String) -> Result<Self> {
+        check_prefix(&prefix)?;
+        Ok(EtcdGate { conn, source, prefix })
+    }
+
+    /// Admits the grant's token after checking that this cluster minted it.
+    pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
+        ensure_same_source(&self.source, grant)?;
+        self.admit(grant.resource(), grant.token()).await
+    }
+
+    fn key(&self, resource: &ResourceName) -> String {
+        format!("{}/{}", self.prefix, resource)
+    }
+
+    /// The mark and the key's mod revision (0 when absent).
+    async fn read(&self, key: &str) -> Result<(Option<FencingToken>, i64)> {
+        let resp = self.conn.call("gate get", self.conn.client().get(key, None)).await?;
+        let Some(kv) = resp.kvs().first() else { return Ok((None, 0)) };
+        let text = std::str::from_utf8(kv.value()).unwrap_or("");
+        let mark = text
+            .parse::<FencingToken>()
+            .map_err(|e| Error::backend(format!("etcd gate key {key:?} holds no token"), e))?;
+        Ok((Some(mark), kv.mod_revision()))
+    }
+}
+
+#[async_trait]
+impl Gate for EtcdGate {
+    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+        let key = self.key(resource);
+        for _ in 0..MAX_RACES {
+            let (mark, mod_rev) = self.read(&key).await?;
+            if !check_token(mark, token)? {
+                return Ok(());
+            }
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_rev)])
+                .and_then([TxnOp::put(key.as_str(), token.to_string(), None)]);
+            if self.conn.call("gate txn", self.conn.client().txn(txn)).await?.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(Error::backend("etcd gate", format!("mark of {key:?} kept moving for {MAX_RACES} tries")))
+    }
+
+    async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        Ok(self.read(&self.key(resource)).await?.0)
+    }
+}

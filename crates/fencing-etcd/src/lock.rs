@@ -1,0 +1,220 @@
+//! The lock protocol, key for key the one of Go's `concurrency.Mutex`, so
+//! Rust and Go processes can share a lock:
+//!
+//! - my key is `PREFIX/RESOURCE/` + the session's lease id in hex, attached
+//!   to the lease;
+//! - one txn creates it (or reads it back) and reads the oldest key under
+//!   the lock prefix; the oldest key owns the lock;
+//! - a waiter watches only the newest key older than its own until it is
+//!   deleted (no thundering herd), then looks again;
+//! - after waiting, my key must still exist with my revision: if the session
+//!   expired meanwhile, the lock was never mine.
+//!
+//! The fencing token is my key's create revision: one raft-ordered counter
+//! for the whole store, so it only grows, also across leader changes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use fencing_core::{Error, ResourceName, Result};
+
+use crate::conn::Conn;
+
+/// Keys of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    /// `PREFIX/RESOURCE/`: every contender's key starts with it.
+    pub(crate) dir: String,
+    /// This session's key.
+    pub(crate) mine: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, resource: &ResourceName, lease_id: i64) -> LockKeys {
+        let dir = lock_dir(prefix, resource);
+        let mine = format!("{dir}{lease_id:x}");
+        LockKeys { dir, mine }
+    }
+}
+
+pub(crate) fn lock_dir(prefix: &str, resource: &ResourceName) -> String {
+    format!("{prefix}/{resource}/")
+}
+
+/// Resource names become one key segment, so they may not contain `/`
+/// (lock `a` would otherwise see the keys of lock `a/b`).
+pub(crate) fn check_resource(resource: &ResourceName) -> Result<()> {
+    if resource.as_str().contains('/') {
+        return Err(Error::invalid_resource(resource.as_str(), "etcd lock names may not contain '/'"));
+    }
+    Ok(())
+}
+
+fn first_created() -> GetOptions {
+    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
+}
+
+/// Outcome of the acquire txn.
+pub(crate) struct Attempt {
+    /// My key's create revision: the token if I get the lock.
+    pub(crate) rev: i64,
+    /// True when my key is the oldest.
+    pub(crate) owner: bool,
+    /// True when my key was already there (left over by an earlier grant
+    /// of this session whose release failed).
+    pub(crate) existed: bool,
+}
+
+/// Creates my key if absent and reads the owner, in one txn.
+pub(crate) async fn attempt(conn: &Conn, keys: &LockKeys, lease_id: i64, holder: &str) -> Result<Attempt> {
+    let txn = Txn::new()
+        .when([Compare::create_revision(keys.mine.as_str(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(keys.mine.as_str(), holder, Some(PutOptions::new().with_lease(lease_id))),
+            TxnOp::get(keys.dir.as_str(), Some(first_created())),
+        ])
+        .or_else([TxnOp::get(keys.mine.as_str(), None), TxnOp::get(keys.dir.as_str(), Some(first_created()))]);
+    let resp = conn.call("lock txn", conn.client().txn(txn)).await?;
+    let ops = resp.op_responses();
+    let rev = if resp.succeeded() {
+        resp.header().map(|h| h.revision()).unwrap_or(0)
+    } else {
+        first_kv_create(&ops[0]).unwrap_or(0)
+    };
+    if rev <= 0 {
+        return Err(Error::backend("etcd lock txn", "could not read back my own key"));
+    }
+    let owner = first_kv_create(&ops[1]).is_none_or(|oldest| oldest == rev);
+    Ok(Attempt { rev, owner, existed: !resp.succeeded() })
+}
+
+fn first_kv_create(op: &TxnOpResponse) -> Option<i64> {
+    match op {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()),
+        _ => None,
+    }
+}
+
+/// Waits until no key older than `rev` is left under the lock, watching one
+/// predecessor at a time. Counts the delete events it is woken by.
+pub(crate) async fn wait_for_predecessors(conn: &Conn, dir: &str, rev: i64, wakeups: &AtomicU64) -> Result<()> {
+    loop {
+        let newest_older = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_max_create_revision(rev - 1);
+        let resp = conn.call("lock wait get", conn.client().get(dir, Some(newest_older))).await?;
+        let Some(pred) = resp.kvs().first() else { return Ok(()) };
+        let seen_at = resp.header().map(|h| h.revision()).unwrap_or(0);
+        if let Err(e) = wait_deleted(conn, pred.key(), seen_at, wakeups).await {
+            // A broken watch (member restart, compaction) is not fatal: look
+            // again; the caller's timeout bounds the whole wait.
+            tracing::debug!(error = %e, "watch on predecessor broke; re-checking");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64) -> Result<()> {
+    // The key existed at `seen_at`, so its delete comes later. Watching from
+    // the next revision also keeps the watcher in etcd's "synced" group; one
+    // that starts at or below the current revision is caught up by a
+    // background loop only every 100 ms.
+    let opts = WatchOptions::new().with_start_revision(seen_at + 1);
+    let mut stream = conn.call("watch", conn.client().watch(key, Some(opts))).await?;
+    loop {
+        let msg = stream.message().await.map_err(|e| Error::backend("etcd watch", e))?;
+        let Some(resp) = msg else { return Err(Error::backend("etcd watch", "stream closed")) };
+        if resp.canceled() {
+            return Err(Error::backend("etcd watch", format!("canceled: {}", resp.cancel_reason())));
+        }
+        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+            wakeups.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+    }
+}
+
+/// True when my key still exists with my create revision.
+pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool> {
+    let resp = conn.call("get", conn.client().get(key, None)).await?;
+    Ok(resp.kvs().first().is_some_and(|kv| kv.create_revision() == rev))
+}
+
+/// Which incarnation of my key to delete.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Incarnation {
+    /// The one created at this revision (the token).
+    Created(i64),
+    /// Whatever this lease holds (the revision is not known yet).
+    OfLease(i64),
+}
+
+/// Deletes my key if it is still the given incarnation.
+pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result<()> {
+    let compare = match which {
+        Incarnation::Created(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
+        Incarnation::OfLease(lease) => Compare::lease(key, CompareOp::Equal, lease),
+    };
+    let txn = Txn::new().when([compare]).and_then([TxnOp::delete(key, None)]);
+    conn.call("unlock txn", conn.client().txn(txn)).await.map(drop)
+}
+
+/// Watches my key and reports when it is deleted behind our back.
+pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fencing_core::LeaseTracker) {
+    let mut from = rev + 1;
+    loop {
+        let opts = WatchOptions::new().with_start_revision(from);
+        let outcome = async {
+            let mut stream = conn.call("watch", conn.client().watch(key.as_str(), Some(opts))).await?;
+            while let Some(resp) = stream.message().await.map_err(|e| Error::backend("etcd watch", e))? {
+                if resp.canceled() {
+                    break;
+                }
+                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    return Ok(true);
+                }
+            }
+            Ok::<bool, Error>(false)
+        };
+        let deleted = tokio::select! {
+            _ = lease.lost() => return,
+            r = outcome => r,
+        };
+        match deleted {
+            Ok(true) => {
+                lease.mark_lost("lock key deleted in etcd");
+                return;
+            }
+            // The watch broke: check the key directly, then watch again.
+            _ => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                match conn.call("get", conn.client().get(key.as_str(), None)).await {
+                    Ok(resp) if resp.kvs().first().is_none_or(|kv| kv.create_revision() != rev) => {
+                        lease.mark_lost("lock key deleted in etcd");
+                        return;
+                    }
+                    Ok(resp) => from = resp.header().map(|h| h.revision() + 1).unwrap_or(from),
+                    Err(e) => tracing::debug!(error = %e, "re-checking own lock key failed"),
+                }
+            }
+        }
+    }
+}
+
+/// The current owner of a lock: its key's value and create revision.
+pub(crate) async fn owner(conn: &Conn, dir: &str) -> Result<Option<(String, i64)>> {
+    let resp = conn.call("get owner", conn.client().get(dir, Some(first_created()))).await?;
+    Ok(resp.kvs().first().map(|kv| {
+        let value = String::from_utf8_lossy(kv.value()).into_owned();
+        let name = if value.is_empty() {
+            // Go's Mutex stores an empty value: show the key instead.
+            String::from_utf8_lossy(kv.key()).into_owned()
+        } else {
+            value
+        };
+        (name, kv.create_revision())
+    }))
+}

@@ -1,0 +1,184 @@
+//! A session: one etcd lease kept alive by our own loop, shared by every
+//! grant taken through it. Lock keys are attached to the lease, so when the
+//! lease ends every grant of the session ends with it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use fencing_core::{Error, LeaseTracker, Result};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::conn::Conn;
+
+pub(crate) struct Session {
+    pub(crate) lease_id: i64,
+    pub(crate) ttl: Duration,
+    state: Arc<State>,
+    keeper: JoinHandle<()>,
+}
+
+/// What the keep-alive loop shares with the grants.
+struct State {
+    /// The lease itself: lost when etcd says TTL 0 or the deadline passes.
+    lease: LeaseTracker,
+    /// One tracker per live grant, renewed together with the lease.
+    grants: Mutex<Vec<LeaseTracker>>,
+    /// Send time of the last confirmed renewal: new grants start from it.
+    renewed_at: Mutex<Instant>,
+}
+
+impl Session {
+    /// Grants a lease and starts keeping it alive.
+    pub(crate) async fn start(conn: &Conn, ttl: Duration) -> Result<(Session, etcd_client::ResponseHeader)> {
+        let sent = Instant::now();
+        let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut resp = conn.call("lease grant", conn.client().lease_grant(secs, None)).await?;
+        let header = resp.take_header().ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
+        let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
+        let state = Arc::new(State {
+            lease: LeaseTracker::new(sent, ttl),
+            grants: Mutex::new(Vec::new()),
+            renewed_at: Mutex::new(sent),
+        });
+        let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, state.clone()));
+        tracing::debug!(lease = format_args!("{:x}", resp.id()), ?ttl, "etcd session started");
+        Ok((Session { lease_id: resp.id(), ttl, state, keeper }, header))
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.state.lease.is_live()
+    }
+
+    /// Resolves when the session's lease is or may be gone.
+    pub(crate) async fn lost(&self) -> String {
+        self.state.lease.lost().await
+    }
+
+    /// A tracker for a new grant on this session, renewed with it.
+    pub(crate) fn track_grant(&self) -> LeaseTracker {
+        let sent = *lock(&self.state.renewed_at);
+        let tracker = LeaseTracker::new(sent, self.ttl);
+        if !self.state.lease.is_live() {
+            tracker.mark_lost("etcd session lost");
+        }
+        lock(&self.state.grants).push(tracker.clone());
+        tracker
+    }
+
+    /// Ends the lease at the server at once (every key on it is deleted).
+    pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
+        self.keeper.abort();
+        self.state.lose("session closed");
+        conn.call("lease revoke", conn.client().lease_revoke(self.lease_id)).await.map(drop)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+impl State {
+    fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
+        if !self.lease.renewed(sent, ttl) {
+            self.lose("etcd lease deadline passed before a renewal was confirmed");
+            return false;
+        }
+        *lock(&self.renewed_at) = sent;
+        let mut grants = lock(&self.grants);
+        grants.retain(|g| g.is_live());
+        for g in grants.iter() {
+            g.renewed(sent, ttl);
+        }
+        true
+    }
+
+    fn lose(&self, reason: &str) {
+        self.lease.mark_lost(reason);
+        for g in lock(&self.grants).drain(..) {
+            g.mark_lost(reason);
+        }
+    }
+}
+
+/// Renews every TTL/3. A reply with TTL 0 ends the session; a broken stream
+/// is reopened on the next round, and if that keeps failing the local
+/// deadline ends it.
+async fn keep_alive(conn: Conn, id: i64, ttl: Duration, state: Arc<State>) {
+    let period = ttl / 3;
+    let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+    loop {
+        tokio::select! {
+            _ = state.lease.lost() => {
+                state.lose("etcd lease deadline passed without a confirmed renewal");
+                return;
+            }
+            _ = tokio::time::sleep(period) => {}
+        }
+        let sent = Instant::now();
+        match tokio::time::timeout(period, renew_once(&conn, id, ttl.as_secs() as i64, &mut stream)).await {
+            Ok(Ok(granted)) if granted > 0 => {
+                if !state.renewed(sent, Duration::from_secs(granted as u64)) {
+                    return;
+                }
+            }
+            Ok(Ok(_)) | Ok(Err(Renewal::Expired)) => {
+                state.lose("etcd lease expired (keep-alive answered TTL 0)");
+                return;
+            }
+            Ok(Err(Renewal::Failed(e))) => {
+                tracing::warn!(lease = format_args!("{id:x}"), error = %e, "etcd keep-alive failed; retrying");
+                stream = None;
+            }
+            Err(_) => {
+                tracing::warn!(lease = format_args!("{id:x}"), "etcd keep-alive timed out; retrying");
+                stream = None;
+            }
+        }
+    }
+}
+
+enum Renewal {
+    Expired,
+    Failed(etcd_client::Error),
+}
+
+/// One keep-alive round trip; returns the TTL the server granted.
+async fn renew_once(
+    conn: &Conn,
+    id: i64,
+    lease_ttl: i64,
+    stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+) -> std::result::Result<i64, Renewal> {
+    let (keeper, replies) = match stream {
+        Some(s) => s,
+        None => {
+            // Opening the stream sends a first keep-alive and reads its reply.
+            let opened = conn.client().lease_keep_alive(id).await;
+            return match opened {
+                Ok(s) => {
+                    // The crate checked that reply (TTL > 0) without handing
+                    // it over; the lease keeps the TTL it was granted with.
+                    *stream = Some(s);
+                    Ok(lease_ttl)
+                }
+                Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => Err(Renewal::Expired),
+                Err(e) => Err(Renewal::Failed(e)),
+            };
+        }
+    };
+    keeper.keep_alive().await.map_err(Renewal::Failed)?;
+    match replies.message().await {
+        Ok(Some(reply)) if reply.ttl() <= 0 => Err(Renewal::Expired),
+        Ok(Some(reply)) => Ok(reply.ttl()),
+        Ok(None) => Err(Renewal::Failed(etcd_client::Error::LeaseKeepAliveError("stream closed".into()))),
+        Err(e) => Err(Renewal::Failed(e)),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,307 @@
+//! EtcdSource: the FencingSource over an etcd cluster.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
+use fencing_core::{
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error, FencingSource, FencingToken,
+    Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
+};
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+use tokio::task::JoinHandle;
+
+use crate::config::EtcdConfig;
+use crate::conn::Conn;
+use crate::gate::EtcdGate;
+use crate::lock::{self, Incarnation, LockKeys};
+use crate::session::Session;
+
+/// A [`FencingSource`] backed by an etcd v3 cluster (3.4 or newer).
+///
+/// Locks use the key layout of Go's `concurrency.Mutex`, so Go and Rust
+/// processes can contend on the same lock; the fencing token is the create
+/// revision of the holder's key. One session (lease) per TTL serves every
+/// grant of this source; several grants of one source on the same lock are
+/// served one after the other.
+///
+/// ```no_run
+/// # async fn demo() -> fencing_core::Result<()> {
+/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing_etcd::EtcdSource;
+///
+/// let source = EtcdSource::from_url("etcd://127.0.0.1:2379/locks?ttl=10").await?;
+/// let grant = source.acquire(&ResourceName::new("ledger")?, &AcquireOptions::new()).await?;
+/// println!("token {}", grant.token()); // the key's create revision
+/// grant.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Conn,
+    cfg: EtcdConfig,
+    identity: SourceId,
+    holder: String,
+    sessions: AsyncMutex<HashMap<Duration, Arc<Session>>>,
+    local: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    wakeups: AtomicU64,
+}
+
+impl std::fmt::Debug for EtcdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdSource")
+            .field("endpoints", &self.inner.cfg.endpoints)
+            .field("prefix", &self.inner.cfg.prefix)
+            .field("identity", &self.inner.identity)
+            .finish()
+    }
+}
+
+impl EtcdSource {
+    /// Connects and reads the cluster id (the source identity). An
+    /// unreachable cluster gives [`Error::Timeout`] naming the endpoints.
+    pub async fn connect(cfg: EtcdConfig) -> Result<Self> {
+        let conn = Conn::connect(&cfg).await?;
+        let probe = GetOptions::new().with_count_only();
+        let resp = conn.call("get cluster id", conn.client().get(cfg.prefix.as_str(), Some(probe))).await?;
+        let cluster = resp.header().map(|h| h.cluster_id()).unwrap_or(0);
+        Ok(EtcdSource {
+            inner: Arc::new(Inner {
+                conn,
+                identity: SourceId::new(format!("etcd:{cluster:016x}")),
+                cfg,
+                holder: default_holder_identity(),
+                sessions: AsyncMutex::new(HashMap::new()),
+                local: Mutex::new(HashMap::new()),
+                wakeups: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Parses an `etcd://` or `etcds://` URL (see [`EtcdConfig::from_url`]) and connects.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        Self::connect(EtcdConfig::from_url(url)?).await
+    }
+
+    /// The underlying client, for the application's own reads and writes.
+    #[must_use]
+    pub fn client(&self) -> etcd_client::Client {
+        self.inner.conn.client()
+    }
+
+    /// How many times a waiter of this source was woken by the deletion of
+    /// its predecessor. With N waiters each hand-over wakes one of them.
+    #[must_use]
+    pub fn waiter_wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// A gate whose high-water marks live in etcd under `prefix`.
+    pub fn gate(&self, prefix: impl Into<String>) -> Result<EtcdGate> {
+        EtcdGate::new(self.inner.conn.clone(), self.inner.identity.clone(), prefix.into())
+    }
+
+    /// Runs `ops` in one txn only if `grant` still holds its lock (its key
+    /// still has the create revision that is its token): the strongest gate
+    /// for data kept in etcd itself. A superseded grant gets [`Error::Lost`]
+    /// and is marked lost.
+    pub async fn guarded_txn(&self, grant: &Grant, ops: Vec<TxnOp>) -> Result<TxnResponse> {
+        ensure_same_source(&self.inner.identity, grant)?;
+        let rev = i64::try_from(grant.token())?;
+        let txn = Txn::new().when([Compare::create_revision(grant.key(), CompareOp::Equal, rev)]).and_then(ops);
+        let resp = self.inner.conn.call("guarded txn", self.inner.conn.client().txn(txn)).await?;
+        if !resp.succeeded() {
+            grant.lease().mark_lost("lock key gone at guarded write");
+            return Err(Error::lost(grant.resource().as_str(), "lock key no longer carries this token"));
+        }
+        Ok(resp)
+    }
+
+    /// Revokes this source's sessions: every grant it holds ends at once.
+    pub async fn close(&self) -> Result<()> {
+        let sessions: Vec<_> = self.inner.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        for s in sessions {
+            s.revoke(&self.inner.conn).await?;
+        }
+        Ok(())
+    }
+
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let mut sessions = self.inner.sessions.lock().await;
+        if let Some(s) = sessions.get(&ttl).filter(|s| s.is_live()) {
+            return Ok(s.clone());
+        }
+        let (session, _) = Session::start(&self.inner.conn, ttl).await?;
+        let session = Arc::new(session);
+        sessions.insert(ttl, session.clone());
+        Ok(session)
+    }
+
+    fn local_lock(&self, dir: &str) -> Arc<AsyncMutex<()>> {
+        let mut local = self.inner.local.lock().unwrap_or_else(|p| p.into_inner());
+        local.entry(dir.to_owned()).or_default().clone()
+    }
+
+    /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
+    async fn take(&self, resource: &ResourceName, opts: &AcquireOptions, wait: bool) -> Result<Option<Grant>> {
+        lock::check_resource(resource)?;
+        let ttl = opts.ttl.map_or(self.inner.cfg.ttl, |t| self.inner.cfg.clone().ttl(t).ttl);
+        let holder = opts.holder.clone().unwrap_or_else(|| self.inner.holder.clone());
+        let local = self.local_lock(&lock::lock_dir(&self.inner.cfg.prefix, resource));
+        let guard = if wait {
+            local.lock_owned().await
+        } else {
+            match local.try_lock_owned() {
+                Ok(g) => g,
+                Err(_) => return Ok(None),
+            }
+        };
+        let session = self.session(ttl).await?;
+        let keys = LockKeys::new(&self.inner.cfg.prefix, resource, session.lease_id);
+        let conn = &self.inner.conn;
+        let mut pending = PendingKey::new(conn.clone(), keys.mine.clone(), session.lease_id, guard);
+
+        let mut attempt = lock::attempt(conn, &keys, session.lease_id, &holder).await?;
+        if attempt.existed {
+            // A leftover of this session: its revision was a token already
+            // handed out, so start over with a fresh key.
+            lock::unlock(conn, &keys.mine, Incarnation::Created(attempt.rev)).await?;
+            attempt = lock::attempt(conn, &keys, session.lease_id, &holder).await?;
+        }
+        pending.rev = Some(attempt.rev);
+        if !attempt.owner {
+            if !wait {
+                pending.cleanup().await?;
+                return Ok(None);
+            }
+            tokio::select! {
+                r = lock::wait_for_predecessors(conn, &keys.dir, attempt.rev, &self.inner.wakeups) => r?,
+                why = session.lost() => return Err(Error::lost(resource.as_str(), format!("etcd session lost while waiting: {why}"))),
+            }
+            if !lock::still_mine(conn, &keys.mine, attempt.rev).await? {
+                return Err(Error::lost(resource.as_str(), "etcd session expired while waiting for the lock"));
+            }
+        }
+        let token = FencingToken::try_from(attempt.rev)?;
+        let tracker = session.track_grant();
+        let watcher = tokio::spawn(lock::watch_own_key(conn.clone(), keys.mine.clone(), attempt.rev, tracker.clone()));
+        let info = GrantInfo {
+            token,
+            resource: resource.clone(),
+            holder,
+            source: self.inner.identity.clone(),
+            key: keys.mine.clone(),
+            ttl: session.ttl,
+        };
+        let backend = EtcdGrant { conn: conn.clone(), key: keys.mine, rev: attempt.rev, watcher, _session: session, _local: pending.disarm() };
+        tracing::debug!(%resource, %token, "etcd grant");
+        Ok(Some(Grant::new(info, tracker, Box::new(backend))))
+    }
+}
+
+/// My key between the acquire txn and the grant: if the acquire is dropped
+/// or fails, the key is deleted so it does not block the lock until the
+/// session ends. The local lock stays held until that delete is done.
+struct PendingKey {
+    conn: Conn,
+    key: String,
+    lease_id: i64,
+    rev: Option<i64>,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl PendingKey {
+    fn new(conn: Conn, key: String, lease_id: i64, guard: OwnedMutexGuard<()>) -> Self {
+        PendingKey { conn, key, lease_id, rev: None, guard: Some(guard) }
+    }
+
+    fn incarnation(&self) -> Incarnation {
+        self.rev.map_or(Incarnation::OfLease(self.lease_id), Incarnation::Created)
+    }
+
+    async fn cleanup(mut self) -> Result<()> {
+        let _guard = self.guard.take();
+        lock::unlock(&self.conn, &self.key, self.incarnation()).await
+    }
+
+    fn disarm(mut self) -> OwnedMutexGuard<()> {
+        self.guard.take().expect("guard present until disarmed or cleaned up")
+    }
+}
+
+impl Drop for PendingKey {
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else { return };
+        let (conn, key, which) = (self.conn.clone(), self.key.clone(), self.incarnation());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = lock::unlock(&conn, &key, which).await {
+                    tracing::warn!(%key, error = %e, "could not delete the key of an abandoned acquire");
+                }
+                drop(guard);
+            });
+        }
+    }
+}
+
+struct EtcdGrant {
+    conn: Conn,
+    key: String,
+    rev: i64,
+    watcher: JoinHandle<()>,
+    _session: Arc<Session>,
+    _local: OwnedMutexGuard<()>,
+}
+
+impl Drop for EtcdGrant {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+#[async_trait]
+impl GrantBackend for EtcdGrant {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.watcher.abort();
+        lock::unlock(&self.conn, &self.key, Incarnation::Created(self.rev)).await
+    }
+}
+
+#[async_trait]
+impl FencingSource for EtcdSource {
+    fn identity(&self) -> &SourceId {
+        &self.inner.identity
+    }
+
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        let operation = || format!("acquire {resource:?} on etcd [{}]", self.inner.cfg.endpoints.join(","));
+        let grant = with_timeout(options.timeout, operation, self.take(resource, options, true)).await?;
+        grant.ok_or_else(|| Error::backend("etcd acquire", "gave up without waiting"))
+    }
+
+    async fn try_acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Option<Grant>> {
+        self.take(resource, options, false).await
+    }
+
+    async fn validate(&self, grant: &Grant) -> Result<bool> {
+        ensure_same_source(&self.inner.identity, grant)?;
+        let rev = i64::try_from(grant.token())?;
+        lock::still_mine(&self.inner.conn, grant.key(), rev).await
+    }
+
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
+        lock::check_resource(resource)?;
+        let dir = lock::lock_dir(&self.inner.cfg.prefix, resource);
+        let owner = lock::owner(&self.inner.conn, &dir).await?;
+        owner
+            .map(|(holder, rev)| Ok(HolderInfo { holder, token: FencingToken::try_from(rev)? }))
+            .transpose()
+    }
+}
