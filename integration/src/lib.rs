@@ -1,8 +1,15 @@
 //! Harness shared by the integration tests: processes that are always
-//! reaped, also when a test panics.
+//! reaped, also when a test panics, real etcd clusters on loopback
+//! ([`etcd_cluster`]) and a TCP proxy that can partition a client
+//! ([`proxy`]).
 
+pub mod etcd_cluster;
+pub mod proxy;
+
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 
@@ -12,6 +19,9 @@ use rustix::process::{kill_process, Pid, Signal};
 pub struct Reaped {
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// Set once the child is known to have exited and been reaped: its pid
+    /// may belong to another process then, so no signal is sent to it.
+    exited: Option<ExitStatus>,
 }
 
 impl Reaped {
@@ -27,11 +37,52 @@ impl Reaped {
                 }
             }
         });
-        Ok(Reaped { child, lines })
+        Ok(Reaped {
+            child,
+            lines,
+            exited: None,
+        })
+    }
+
+    /// Starts `cmd` with its stdout and stderr appended to the file `log`
+    /// (created if missing), for long-running servers whose output is only
+    /// read when something fails. Nothing is captured line by line, so
+    /// [`Reaped::kill_and_collect`] returns no lines for such a child.
+    pub fn spawn_logged(cmd: &mut Command, log: &Path) -> std::io::Result<Self> {
+        let out = OpenOptions::new().create(true).append(true).open(log)?;
+        let err = out.try_clone()?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()?;
+        let (_, lines) = mpsc::channel();
+        Ok(Reaped {
+            child,
+            lines,
+            exited: None,
+        })
+    }
+
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The child's exit status if it has exited already (the child is then
+    /// reaped), `None` while it runs.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
     }
 
     /// Sends a signal to the child.
     pub fn signal(&self, signal: Signal) {
+        if self.exited.is_some() {
+            return;
+        }
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
             let _ = kill_process(pid, signal);
         }

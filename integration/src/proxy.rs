@@ -1,0 +1,144 @@
+//! A loopback TCP proxy that a test can switch to a blackhole: a network
+//! partition between a client and a server that keeps every connection
+//! open but lets no byte through.
+//!
+//! The proxy listens on `127.0.0.1:0` and forwards each accepted
+//! connection to one target. While blackholed, bytes read in either
+//! direction are silently discarded (nothing is reset or closed, so the
+//! peers only notice through their own timeouts), and new connections are
+//! still accepted but nothing passes them either. Turning the blackhole
+//! off forwards again; bytes dropped meanwhile are lost for good, so a
+//! protocol running over a connection that lost bytes may have to
+//! reconnect, as after a real partition that outlived TCP's retransmits.
+//!
+//! Every task belongs to the proxy and is aborted when it is dropped.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// How long the proxy tries to reach its target for one connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A TCP proxy on loopback; see the module documentation. Must be started
+/// inside a tokio runtime; dropping it stops accepting and closes every
+/// forwarded connection.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    target: SocketAddr,
+    blackhole: Arc<AtomicBool>,
+    /// The accept loop; it owns the connection tasks in a `JoinSet`, so
+    /// aborting it aborts them too.
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards every connection to
+    /// `target`.
+    pub async fn start(target: SocketAddr) -> io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let blackhole = Arc::new(AtomicBool::new(false));
+        let accept = tokio::spawn(accept_loop(listener, target, blackhole.clone()));
+        Ok(Proxy {
+            addr,
+            target,
+            blackhole,
+            accept,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address as `127.0.0.1:PORT`, the form etcd endpoints take.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The address connections are forwarded to.
+    pub fn target(&self) -> SocketAddr {
+        self.target
+    }
+
+    /// Switches the blackhole on (drop every byte, both directions) or off
+    /// (forward again).
+    pub fn set_blackhole(&self, on: bool) {
+        self.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether the blackhole is on.
+    pub fn is_blackholed(&self) -> bool {
+        self.blackhole.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, target: SocketAddr, blackhole: Arc<AtomicBool>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((inbound, _)) => {
+                    connections.spawn(forward(inbound, target, blackhole.clone()));
+                }
+                // E.g. out of file descriptors: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn forward(inbound: TcpStream, target: SocketAddr, blackhole: Arc<AtomicBool>) {
+    let outbound = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+        Ok(Ok(stream)) => stream,
+        // Target unreachable: close the inbound connection, as a router
+        // whose next hop refuses would.
+        _ => return,
+    };
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    let (in_read, in_write) = inbound.into_split();
+    let (out_read, out_write) = outbound.into_split();
+    tokio::join!(
+        pump(in_read, out_write, &blackhole),
+        pump(out_read, in_write, &blackhole),
+    );
+}
+
+/// Copies one direction until end of stream or an error, discarding what it
+/// reads while the blackhole is on; forwards the end of stream as a
+/// half-close.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, blackhole: &AtomicBool) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if blackhole.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
