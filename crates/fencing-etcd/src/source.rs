@@ -158,7 +158,10 @@ impl EtcdSource {
         let guard = if wait {
             local.lock_owned().await
         } else {
-            match local.try_lock_owned() {
+            // The local lock may be held for a moment by the clean-up of an
+            // abandoned acquire; a grant or a waiter of this source holds it
+            // longer, and then the lock is not free.
+            match tokio::time::timeout(self.inner.cfg.request_timeout, local.lock_owned()).await {
                 Ok(g) => g,
                 Err(_) => return Ok(None),
             }

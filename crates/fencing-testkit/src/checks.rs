@@ -62,6 +62,9 @@ pub async fn one_live_grant_under_contention(h: &dyn Harness) {
             opts(h),
         );
         tasks.push(tokio::spawn(async move {
+            // Move the whole client in: it owns what keeps it connected
+            // (a closure would otherwise capture only `c.source`).
+            let c = c;
             for _ in 0..ROUNDS {
                 let g = c.source.acquire(&r, &o).await.expect("acquire");
                 history.granted(id, g.token()).await;
