@@ -212,7 +212,8 @@ pub fn make_tls(dir: &Path) -> Result<TlsFiles, HarnessError> {
 
     let write = |name: &str, pem: &str| -> Result<PathBuf, HarnessError> {
         let path = dir.join(name);
-        fs::write(&path, pem).map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
+        fs::write(&path, pem)
+            .map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
         Ok(path)
     };
 
@@ -329,6 +330,11 @@ struct Member {
 
 /// A running etcd cluster on loopback. Dropping it kills and reaps every
 /// member (stopped ones are continued first) and deletes its files.
+///
+/// Members also get SIGKILL when the thread that started them exits (so a
+/// test process killed outright leaves none behind): start and restart
+/// members from a thread that lives as long as the cluster, e.g. the test's
+/// own thread or a tokio runtime worker, not a short-lived helper thread.
 pub struct EtcdCluster {
     members: Vec<Member>,
     opts: ClusterOptions,
@@ -364,7 +370,9 @@ impl EtcdCluster {
     /// finds its port taken.
     pub async fn start_with(opts: ClusterOptions) -> Result<Self, HarnessError> {
         if opts.members == 0 {
-            return Err(HarnessError::Usage("a cluster needs at least one member".into()));
+            return Err(HarnessError::Usage(
+                "a cluster needs at least one member".into(),
+            ));
         }
         let binary = opts.version.binary()?;
         let mut attempt = 1;
@@ -420,8 +428,7 @@ impl EtcdCluster {
     /// The command line of member `i`.
     fn command(&self, i: usize) -> Command {
         let m = &self.members[i];
-        let scheme = if self.opts.tls.is_some() { "https" } else { "http" };
-        let client_url = format!("{scheme}://127.0.0.1:{}", m.client_port);
+        let client_url = format!("{}://127.0.0.1:{}", self.scheme(), m.client_port);
         let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         let mut cmd = Command::new(&self.binary);
         // The environment must not configure these members behind our back.
@@ -485,7 +492,10 @@ impl EtcdCluster {
         let mut cmd = self.command(i);
         let m = &mut self.members[i];
         let process = Reaped::spawn_logged(&mut cmd, &m.log).map_err(|e| {
-            HarnessError::io(format!("starting {} ({})", m.name, self.binary.display()), e)
+            HarnessError::io(
+                format!("starting {} ({})", m.name, self.binary.display()),
+                e,
+            )
         })?;
         *m.process.lock().unwrap() = Some(process);
         m.paused.store(false, Ordering::SeqCst);
@@ -500,6 +510,14 @@ impl EtcdCluster {
                 "member {i} out of range: the cluster has {}",
                 self.members.len()
             )))
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.opts.tls.is_some() {
+            "https"
+        } else {
+            "http"
         }
     }
 
@@ -521,10 +539,9 @@ impl EtcdCluster {
 
     /// Client URLs with their scheme (`http://` or `https://`).
     pub fn client_urls(&self) -> Vec<String> {
-        let scheme = if self.opts.tls.is_some() { "https" } else { "http" };
         self.endpoints()
             .into_iter()
-            .map(|e| format!("{scheme}://{e}"))
+            .map(|e| format!("{}://{e}", self.scheme()))
             .collect()
     }
 
@@ -571,9 +588,12 @@ impl EtcdCluster {
 
     async fn client_for(&self, endpoints: &[String]) -> Result<Client, HarnessError> {
         let options = self.connect_options()?;
-        match tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(endpoints, Some(options))).await {
+        match tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(endpoints, Some(options))).await
+        {
             Ok(result) => Ok(result?),
-            Err(_) => Err(HarnessError::Timeout(format!("connecting to {endpoints:?} timed out"))),
+            Err(_) => Err(HarnessError::Timeout(format!(
+                "connecting to {endpoints:?} timed out"
+            ))),
         }
     }
 
@@ -582,6 +602,13 @@ impl EtcdCluster {
         self.members
             .get(i)
             .is_some_and(|m| m.process.lock().unwrap().is_some())
+    }
+
+    /// The process id of member `i` while it has a process.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members
+            .get(i)
+            .and_then(|m| m.process.lock().unwrap().as_ref().map(Reaped::id))
     }
 
     /// Whether member `i` is stopped by [`EtcdCluster::pause`].
@@ -668,7 +695,11 @@ impl EtcdCluster {
         let mut client = self.member_client(i).await?;
         let status = match tokio::time::timeout(REQUEST_TIMEOUT, client.status()).await {
             Ok(result) => result?,
-            Err(_) => return Err(HarnessError::Timeout(format!("status of member {i} timed out"))),
+            Err(_) => {
+                return Err(HarnessError::Timeout(format!(
+                    "status of member {i} timed out"
+                )))
+            }
         };
         let id = status
             .header()
@@ -691,12 +722,16 @@ impl EtcdCluster {
                 return Err(HarnessError::Timeout(format!("member {i} knows no leader")));
             }
             let mut client = self.member_client(i).await?;
-            match tokio::time::timeout(REQUEST_TIMEOUT, client.get("fencing-harness/health", None)).await {
+            match tokio::time::timeout(REQUEST_TIMEOUT, client.get("fencing-harness/health", None))
+                .await
+            {
                 Ok(result) => {
                     result?;
                 }
                 Err(_) => {
-                    return Err(HarnessError::Timeout(format!("read through member {i} timed out")))
+                    return Err(HarnessError::Timeout(format!(
+                        "read through member {i} timed out"
+                    )))
                 }
             }
         }
@@ -728,7 +763,10 @@ impl EtcdCluster {
             self.opts.version
         );
         for i in 0..self.members.len() {
-            msg.push_str(&format!("\n--- member {i} log tail ---\n{}", self.log_tail(i)));
+            msg.push_str(&format!(
+                "\n--- member {i} log tail ---\n{}",
+                self.log_tail(i)
+            ));
         }
         HarnessError::Timeout(msg)
     }

@@ -24,7 +24,10 @@ async fn start(version: EtcdVersion) -> EtcdCluster {
     let cluster = EtcdCluster::start(version, 3)
         .await
         .unwrap_or_else(|e| panic!("{version} cluster did not start: {e}"));
-    eprintln!("{version}: 3-member cluster healthy after {:?}", t.elapsed());
+    eprintln!(
+        "{version}: 3-member cluster healthy after {:?}",
+        t.elapsed()
+    );
     cluster
 }
 
@@ -88,7 +91,10 @@ async fn killed_leader_is_replaced_and_restarts_with_its_data(version: EtcdVersi
     cluster.kill(old);
     assert!(!cluster.is_running(old));
     let new = cluster.leader().await.unwrap();
-    eprintln!("{version}: leader {old} killed, member {new} leads after {:?}", t.elapsed());
+    eprintln!(
+        "{version}: leader {old} killed, member {new} leads after {:?}",
+        t.elapsed()
+    );
     assert_ne!(new, old, "a killed member cannot lead");
 
     // The two survivors are a quorum: writes go on.
@@ -101,7 +107,10 @@ async fn killed_leader_is_replaced_and_restarts_with_its_data(version: EtcdVersi
 
     let t = Instant::now();
     cluster.restart(old).await.unwrap();
-    eprintln!("{version}: member {old} restarted and healthy after {:?}", t.elapsed());
+    eprintln!(
+        "{version}: member {old} restarted and healthy after {:?}",
+        t.elapsed()
+    );
     let mut client = cluster.member_client(old).await.unwrap();
     assert_eq!(get(&mut client, "before").await.as_deref(), Some("kill"));
     assert_eq!(get(&mut client, "during").await.as_deref(), Some("outage"));
@@ -131,7 +140,10 @@ async fn paused_follower_does_not_stop_the_cluster(version: EtcdVersion) {
     )
     .await;
     assert!(
-        tokio::time::timeout(CALL, stalled.status()).await.expect("bounded").is_err(),
+        tokio::time::timeout(CALL, stalled.status())
+            .await
+            .expect("bounded")
+            .is_err(),
         "a stopped member answered"
     );
 
@@ -157,7 +169,10 @@ async fn proxy_blackhole_partitions_a_client(version: EtcdVersion) {
         .expect("the client's own 1 s timeout must fire first");
     assert!(result.is_err(), "a get through a blackhole succeeded");
     let waited = t.elapsed();
-    assert!(waited >= Duration::from_millis(900), "failed after {waited:?}, not by timing out");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "failed after {waited:?}, not by timing out"
+    );
     // A fresh connection through the blackhole fares no better.
     let mut fresh = connect(&[proxy.endpoint()], quick_options(Duration::from_secs(1))).await;
     assert!(tokio::time::timeout(CALL, fresh.get("via", None))
@@ -188,7 +203,10 @@ async fn tls_cluster_requires_the_client_certificate(version: EtcdVersion) {
         EtcdCluster::start_with(ClusterOptions::new(version, 3).with_tls(files.clone(), true))
             .await
             .unwrap_or_else(|e| panic!("{version} TLS cluster did not start: {e}"));
-    eprintln!("{version}: 3-member TLS cluster healthy after {:?}", t.elapsed());
+    eprintln!(
+        "{version}: 3-member TLS cluster healthy after {:?}",
+        t.elapsed()
+    );
     assert!(cluster.client_urls()[0].starts_with("https://"));
 
     let with_cert = quick_options(Duration::from_secs(2)).with_tls(files.client_options().unwrap());
@@ -202,7 +220,20 @@ async fn tls_cluster_requires_the_client_certificate(version: EtcdVersion) {
     let refused = tokio::time::timeout(CALL, anonymous.get("secure", None))
         .await
         .expect("bounded");
-    assert!(refused.is_err(), "a client without a certificate was served");
+    match refused {
+        Ok(_) => panic!("a client without a certificate was served"),
+        Err(e) => eprintln!("{version}: client without a certificate refused: {e}"),
+    }
+    // Refused for the missing certificate, not for something else.
+    let deadline = Instant::now() + CALL;
+    while !(0..3).any(|i| cluster.log_tail(i).contains("didn't provide a certificate")) {
+        assert!(
+            Instant::now() < deadline,
+            "no member logged the missing client certificate:\n{}",
+            cluster.log_tail(0)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Plain HTTP is not served at all.
     let mut plain = connect(&cluster.endpoints(), quick_options(Duration::from_secs(2))).await;
@@ -210,6 +241,36 @@ async fn tls_cluster_requires_the_client_certificate(version: EtcdVersion) {
         .await
         .expect("bounded")
         .is_err());
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone).
+fn process_exists(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn a_panicking_test_leaves_no_member_behind(version: EtcdVersion) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let cluster = EtcdCluster::start(version, 3).await.unwrap();
+        cluster.pause(1);
+        let pids: Vec<u32> = (0..3).map(|i| cluster.pid(i).unwrap()).collect();
+        tx.send(pids).unwrap();
+        panic!("a test failing with a live cluster (expected)");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    let pids = rx.await.unwrap();
+    for pid in pids {
+        assert!(
+            !process_exists(pid),
+            "member process {pid} outlived the panic"
+        );
+    }
 }
 
 macro_rules! on_both_versions {
@@ -239,6 +300,7 @@ on_both_versions!(
     paused_follower_does_not_stop_the_cluster,
     proxy_blackhole_partitions_a_client,
     tls_cluster_requires_the_client_certificate,
+    a_panicking_test_leaves_no_member_behind,
 );
 
 #[test]
