@@ -639,6 +639,19 @@ impl EtcdCluster {
         self.wait_healthy().await
     }
 
+    /// Kills every member and starts them all again on their data, then
+    /// waits until the cluster is healthy (one by one would never regain a
+    /// quorum).
+    pub async fn restart_all(&mut self) -> Result<(), HarnessError> {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i)?;
+        }
+        self.wait_healthy().await
+    }
+
     /// Stops member `i` with SIGSTOP (the process stays, its sockets stay
     /// open, it answers nothing): a stalled, not a crashed, member.
     pub fn pause(&self, i: usize) {

@@ -4,6 +4,7 @@
 //! ([`proxy`]).
 
 pub mod etcd_cluster;
+pub mod etcd_fixture;
 pub mod proxy;
 
 use std::fs::OpenOptions;
@@ -86,6 +87,11 @@ impl Reaped {
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
             let _ = kill_process(pid, signal);
         }
+    }
+
+    /// The next line the child prints, waiting at most `limit`.
+    pub fn next_line(&self, limit: std::time::Duration) -> Option<String> {
+        self.lines.recv_timeout(limit).ok()
     }
 
     /// Kills the child with SIGKILL, waits for it, and returns every line

@@ -33,8 +33,11 @@ impl Conn {
         let endpoints = cfg.endpoints.join(",");
         // With auth, connect already talks to the cluster (to get a token):
         // bound it like any request so a dead cluster is a timeout.
-        let connecting = Client::connect(urls, Some(opts));
-        let client = bounded(&endpoints, cfg.request_timeout, "connect", connecting).await?;
+        let limit = cfg.request_timeout;
+        let client = match tokio::time::timeout(limit, Client::connect(urls, Some(opts))).await {
+            Ok(r) => r.map_err(|e| map_err(&endpoints, limit, "connect", e))?,
+            Err(_) => return Err(timeout(&endpoints, limit, "connect")),
+        };
         Ok(Conn { client, endpoints, timeout: cfg.request_timeout })
     }
 
@@ -43,25 +46,49 @@ impl Conn {
         self.client.clone()
     }
 
-    /// Runs one request under the timeout.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        bounded(&self.endpoints, self.timeout, what, fut).await
+    /// Runs one request, retrying transient failures (no leader, a member
+    /// down, a broken connection) until the request timeout. `op` gets a
+    /// fresh client handle per attempt, so it must be safe to repeat: every
+    /// request of this crate is a read, a txn guarded by a compare, or a
+    /// lease operation whose duplicate only expires.
+    pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let attempt = tokio::time::timeout_at(deadline, op(self.client.clone())).await;
+            match attempt {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if is_transient(&e) && tokio::time::Instant::now() + pause < deadline => {
+                    tracing::debug!(what, error = %e, "transient etcd error; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                Ok(Err(e)) => return Err(map_err(&self.endpoints, self.timeout, what, e)),
+                Err(_) => return Err(timeout(&self.endpoints, self.timeout, what)),
+            }
+        }
     }
 }
 
-async fn bounded<T>(
-    endpoints: &str,
-    limit: Duration,
-    what: &str,
-    fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r.map_err(|e| map_err(endpoints, what, e)),
-        Err(_) => Err(Error::Timeout { operation: format!("etcd {what} on [{endpoints}]"), after: limit }),
+fn timeout(endpoints: &str, after: Duration, what: &str) -> Error {
+    Error::Timeout { operation: format!("etcd {what} on [{endpoints}]"), after }
+}
+
+/// Failures where another attempt (maybe on another member) can succeed.
+fn is_transient(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::GRpcStatus(s) => match s.code() {
+            Code::Unavailable | Code::Aborted => true,
+            Code::Unknown => s.message().contains("transport") || s.message().contains("leader"),
+            _ => s.message().contains("leader changed") || s.message().contains("no leader"),
+        },
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
     }
 }
 
@@ -82,11 +109,14 @@ async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
     Ok(tls)
 }
 
-fn map_err(endpoints: &str, what: &str, e: etcd_client::Error) -> Error {
+fn map_err(endpoints: &str, limit: Duration, what: &str, e: etcd_client::Error) -> Error {
     use tonic::Code;
     if let etcd_client::Error::GRpcStatus(status) = &e {
         let context = format!("etcd {what} on [{endpoints}]: {}", status.message());
         match status.code() {
+            // tonic's own per-request timeout, or the server's deadline.
+            Code::DeadlineExceeded => return timeout(endpoints, limit, what),
+            Code::Cancelled if status.message().contains("Timeout") => return timeout(endpoints, limit, what),
             Code::Unauthenticated | Code::PermissionDenied => return Error::PermissionDenied(context),
             Code::InvalidArgument if status.message().contains("authentication failed") => {
                 return Error::PermissionDenied(context)

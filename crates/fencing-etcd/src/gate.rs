@@ -43,7 +43,7 @@ impl EtcdGate {
 
     /// The mark and the key's mod revision (0 when absent).
     async fn read(&self, key: &str) -> Result<(Option<FencingToken>, i64)> {
-        let resp = self.conn.call("gate get", self.conn.client().get(key, None)).await?;
+        let resp = self.conn.call("gate get", |mut c| async move { c.get(key, None).await }).await?;
         let Some(kv) = resp.kvs().first() else { return Ok((None, 0)) };
         let text = std::str::from_utf8(kv.value()).unwrap_or("");
         let mark = text
@@ -65,7 +65,7 @@ impl Gate for EtcdGate {
             let txn = Txn::new()
                 .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_rev)])
                 .and_then([TxnOp::put(key.as_str(), token.to_string(), None)]);
-            if self.conn.call("gate txn", self.conn.client().txn(txn)).await?.succeeded() {
+            if self.conn.call("gate txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?.succeeded() {
                 return Ok(());
             }
         }

@@ -75,7 +75,7 @@ pub(crate) async fn attempt(conn: &Conn, keys: &LockKeys, lease_id: i64, holder:
             TxnOp::get(keys.dir.as_str(), Some(first_created())),
         ])
         .or_else([TxnOp::get(keys.mine.as_str(), None), TxnOp::get(keys.dir.as_str(), Some(first_created()))]);
-    let resp = conn.call("lock txn", conn.client().txn(txn)).await?;
+    let resp = conn.call("lock txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?;
     let ops = resp.op_responses();
     let rev = if resp.succeeded() {
         resp.header().map(|h| h.revision()).unwrap_or(0)
@@ -105,7 +105,7 @@ pub(crate) async fn wait_for_predecessors(conn: &Conn, dir: &str, rev: i64, wake
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_max_create_revision(rev - 1);
-        let resp = conn.call("lock wait get", conn.client().get(dir, Some(newest_older))).await?;
+        let resp = conn.call("lock wait get", |mut c| { let o = newest_older.clone(); async move { c.get(dir, Some(o)).await } }).await?;
         let Some(pred) = resp.kvs().first() else { return Ok(()) };
         let seen_at = resp.header().map(|h| h.revision()).unwrap_or(0);
         if let Err(e) = wait_deleted(conn, pred.key(), seen_at, wakeups).await {
@@ -123,7 +123,7 @@ async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64
     // that starts at or below the current revision is caught up by a
     // background loop only every 100 ms.
     let opts = WatchOptions::new().with_start_revision(seen_at + 1);
-    let mut stream = conn.call("watch", conn.client().watch(key, Some(opts))).await?;
+    let mut stream = conn.call("watch", |mut c| { let o = opts.clone(); async move { c.watch(key, Some(o)).await } }).await?;
     loop {
         let msg = stream.message().await.map_err(|e| Error::backend("etcd watch", e))?;
         let Some(resp) = msg else { return Err(Error::backend("etcd watch", "stream closed")) };
@@ -139,7 +139,7 @@ async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64
 
 /// True when my key still exists with my create revision.
 pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool> {
-    let resp = conn.call("get", conn.client().get(key, None)).await?;
+    let resp = conn.call("get", |mut c| async move { c.get(key, None).await }).await?;
     Ok(resp.kvs().first().is_some_and(|kv| kv.create_revision() == rev))
 }
 
@@ -159,7 +159,7 @@ pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result
         Incarnation::OfLease(lease) => Compare::lease(key, CompareOp::Equal, lease),
     };
     let txn = Txn::new().when([compare]).and_then([TxnOp::delete(key, None)]);
-    conn.call("unlock txn", conn.client().txn(txn)).await.map(drop)
+    conn.call("unlock txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await.map(drop)
 }
 
 /// Watches my key and reports when it is deleted behind our back.
@@ -168,7 +168,7 @@ pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fenc
     loop {
         let opts = WatchOptions::new().with_start_revision(from);
         let outcome = async {
-            let mut stream = conn.call("watch", conn.client().watch(key.as_str(), Some(opts))).await?;
+            let mut stream = conn.call("watch", |mut c| { let (k, o) = (key.clone(), opts.clone()); async move { c.watch(k, Some(o)).await } }).await?;
             while let Some(resp) = stream.message().await.map_err(|e| Error::backend("etcd watch", e))? {
                 if resp.canceled() {
                     break;
@@ -191,7 +191,7 @@ pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fenc
             // The watch broke: check the key directly, then watch again.
             _ => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                match conn.call("get", conn.client().get(key.as_str(), None)).await {
+                match conn.call("get", |mut c| { let k = key.clone(); async move { c.get(k, None).await } }).await {
                     Ok(resp) if resp.kvs().first().is_none_or(|kv| kv.create_revision() != rev) => {
                         lease.mark_lost("lock key deleted in etcd");
                         return;
@@ -206,7 +206,7 @@ pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fenc
 
 /// The current owner of a lock: its key's value and create revision.
 pub(crate) async fn owner(conn: &Conn, dir: &str) -> Result<Option<(String, i64)>> {
-    let resp = conn.call("get owner", conn.client().get(dir, Some(first_created()))).await?;
+    let resp = conn.call("get owner", |mut c| async move { c.get(dir, Some(first_created())).await }).await?;
     Ok(resp.kvs().first().map(|kv| {
         let value = String::from_utf8_lossy(kv.value()).into_owned();
         let name = if value.is_empty() {

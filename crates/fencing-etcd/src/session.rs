@@ -34,7 +34,7 @@ impl Session {
     pub(crate) async fn start(conn: &Conn, ttl: Duration) -> Result<(Session, etcd_client::ResponseHeader)> {
         let sent = Instant::now();
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut resp = conn.call("lease grant", conn.client().lease_grant(secs, None)).await?;
+        let mut resp = conn.call("lease grant", |mut c| async move { c.lease_grant(secs, None).await }).await?;
         let header = resp.take_header().ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
         let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
         let state = Arc::new(State {
@@ -71,7 +71,7 @@ impl Session {
     pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
         self.keeper.abort();
         self.state.lose("session closed");
-        conn.call("lease revoke", conn.client().lease_revoke(self.lease_id)).await.map(drop)
+        conn.call("lease revoke", |mut c| { let id = self.lease_id; async move { c.lease_revoke(id).await } }).await.map(drop)
     }
 }
 

@@ -70,7 +70,7 @@ impl EtcdSource {
     pub async fn connect(cfg: EtcdConfig) -> Result<Self> {
         let conn = Conn::connect(&cfg).await?;
         let probe = GetOptions::new().with_count_only();
-        let resp = conn.call("get cluster id", conn.client().get(cfg.prefix.as_str(), Some(probe))).await?;
+        let resp = conn.call("get cluster id", |mut c| { let (k, o) = (cfg.prefix.clone(), probe.clone()); async move { c.get(k, Some(o)).await } }).await?;
         let cluster = resp.header().map(|h| h.cluster_id()).unwrap_or(0);
         Ok(EtcdSource {
             inner: Arc::new(Inner {
@@ -116,7 +116,7 @@ impl EtcdSource {
         ensure_same_source(&self.inner.identity, grant)?;
         let rev = i64::try_from(grant.token())?;
         let txn = Txn::new().when([Compare::create_revision(grant.key(), CompareOp::Equal, rev)]).and_then(ops);
-        let resp = self.inner.conn.call("guarded txn", self.inner.conn.client().txn(txn)).await?;
+        let resp = self.inner.conn.call("guarded txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?;
         if !resp.succeeded() {
             grant.lease().mark_lost("lock key gone at guarded write");
             return Err(Error::lost(grant.resource().as_str(), "lock key no longer carries this token"));

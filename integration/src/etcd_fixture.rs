@@ -1,0 +1,91 @@
+//! EtcdSource clients on a real cluster: direct, or through proxies that a
+//! test can blackhole; and the conformance-suite harness built on them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencing_etcd::{EtcdConfig, EtcdSource};
+use fencing_testkit::{Client, Harness, Stall};
+
+use crate::etcd_cluster::{EtcdCluster, EtcdVersion};
+use crate::proxy::Proxy;
+
+/// Lease length the etcd tests use: short, but well above etcd's minimum.
+pub const TEST_TTL: Duration = Duration::from_secs(2);
+
+/// A running 3-member cluster and a lock prefix unique to one test.
+pub struct EtcdFixture {
+    /// The cluster (killed and removed on drop).
+    pub cluster: EtcdCluster,
+    /// The key prefix the test's sources use.
+    pub prefix: String,
+}
+
+impl EtcdFixture {
+    /// Starts a 3-member cluster of `version`.
+    pub async fn start(version: EtcdVersion) -> EtcdFixture {
+        if std::env::var_os("FENCING_TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt().with_env_filter("fencing_etcd=debug").with_test_writer().try_init();
+        }
+        let cluster = EtcdCluster::start(version, 3).await.unwrap_or_else(|e| panic!("start {version}: {e}"));
+        EtcdFixture { cluster, prefix: "/fencing-test".into() }
+    }
+
+    /// Settings for a client of `endpoints`.
+    pub fn config(&self, endpoints: Vec<String>) -> EtcdConfig {
+        EtcdConfig::new(endpoints, self.prefix.clone())
+            .expect("valid config")
+            .ttl(TEST_TTL)
+            .request_timeout(Duration::from_secs(2))
+    }
+
+    /// A client connected straight to every member.
+    pub async fn source(&self) -> EtcdSource {
+        EtcdSource::connect(self.config(self.cluster.endpoints())).await.expect("connect")
+    }
+
+    /// A client whose every connection goes through a proxy the test can
+    /// blackhole.
+    pub async fn partitionable_source(&self) -> (EtcdSource, Partition) {
+        let mut proxies = Vec::new();
+        for ep in self.cluster.endpoints() {
+            proxies.push(Proxy::start(ep.parse().expect("endpoint address")).await.expect("proxy"));
+        }
+        let endpoints = proxies.iter().map(Proxy::endpoint).collect();
+        let source = EtcdSource::connect(self.config(endpoints)).await.expect("connect via proxies");
+        (source, Partition(Arc::new(proxies)))
+    }
+}
+
+/// The proxies of one client: blackholing them partitions it.
+#[derive(Clone)]
+pub struct Partition(Arc<Vec<Proxy>>);
+
+impl Partition {
+    /// Cuts (or restores) the client's network.
+    pub fn set(&self, cut: bool) {
+        for p in self.0.iter() {
+            p.set_blackhole(cut);
+        }
+    }
+}
+
+#[async_trait]
+impl Stall for Partition {
+    async fn stall(&self) {
+        self.set(true);
+    }
+}
+
+#[async_trait]
+impl Harness for EtcdFixture {
+    async fn client(&self) -> Client {
+        let (source, partition) = self.partitionable_source().await;
+        Client::new(Arc::new(source), partition)
+    }
+
+    fn ttl(&self) -> Duration {
+        TEST_TTL
+    }
+}
