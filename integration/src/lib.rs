@@ -113,3 +113,20 @@ impl Drop for Reaped {
         self.reap();
     }
 }
+
+/// Expands each `async fn scenario(version: EtcdVersion)` of the calling
+/// test file into one test per etcd release: `v3_4::scenario` and
+/// `v3_6::scenario`.
+#[macro_export]
+macro_rules! on_both_etcd_versions {
+    ($($scenario:ident),* $(,)?) => {
+        mod v3_4 { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario($crate::etcd_cluster::EtcdVersion::V3_4).await }
+        )* }
+        mod v3_6 { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario($crate::etcd_cluster::EtcdVersion::V3_6).await }
+        )* }
+    };
+}

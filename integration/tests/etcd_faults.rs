@@ -230,20 +230,7 @@ async fn bad_input_is_refused(version: EtcdVersion) {
     assert!(matches!(s.acquire(&r("a/b"), &opts(Duration::from_secs(2))).await, Err(Error::InvalidResource { .. })));
 }
 
-macro_rules! on_both_versions {
-    ($($scenario:ident),* $(,)?) => {
-        mod v3_4 { $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario(super::EtcdVersion::V3_4).await }
-        )* }
-        mod v3_6 { $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario(super::EtcdVersion::V3_6).await }
-        )* }
-    };
-}
-
-on_both_versions!(
+fencing_integration::on_both_etcd_versions!(
     leader_killed_while_held_and_waited_for,
     all_members_restarted,
     frozen_holder_process_is_fenced,
