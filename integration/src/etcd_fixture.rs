@@ -26,10 +26,18 @@ impl EtcdFixture {
     /// Starts a 3-member cluster of `version`.
     pub async fn start(version: EtcdVersion) -> EtcdFixture {
         if std::env::var_os("FENCING_TEST_LOG").is_some() {
-            let _ = tracing_subscriber::fmt().with_env_filter("fencing_etcd=debug").with_test_writer().try_init();
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter("fencing_etcd=debug")
+                .with_test_writer()
+                .try_init();
         }
-        let cluster = EtcdCluster::start(version, 3).await.unwrap_or_else(|e| panic!("start {version}: {e}"));
-        EtcdFixture { cluster, prefix: "/fencing-test".into() }
+        let cluster = EtcdCluster::start(version, 3)
+            .await
+            .unwrap_or_else(|e| panic!("start {version}: {e}"));
+        EtcdFixture {
+            cluster,
+            prefix: "/fencing-test".into(),
+        }
     }
 
     /// Settings for a client of `endpoints`.
@@ -42,7 +50,9 @@ impl EtcdFixture {
 
     /// A client connected straight to every member.
     pub async fn source(&self) -> EtcdSource {
-        EtcdSource::connect(self.config(self.cluster.endpoints())).await.expect("connect")
+        EtcdSource::connect(self.config(self.cluster.endpoints()))
+            .await
+            .expect("connect")
     }
 
     /// A client whose every connection goes through a proxy the test can
@@ -50,10 +60,16 @@ impl EtcdFixture {
     pub async fn partitionable_source(&self) -> (EtcdSource, Partition) {
         let mut proxies = Vec::new();
         for ep in self.cluster.endpoints() {
-            proxies.push(Proxy::start(ep.parse().expect("endpoint address")).await.expect("proxy"));
+            proxies.push(
+                Proxy::start(ep.parse().expect("endpoint address"))
+                    .await
+                    .expect("proxy"),
+            );
         }
         let endpoints = proxies.iter().map(Proxy::endpoint).collect();
-        let source = EtcdSource::connect(self.config(endpoints)).await.expect("connect via proxies");
+        let source = EtcdSource::connect(self.config(endpoints))
+            .await
+            .expect("connect via proxies");
         (source, Partition(Arc::new(proxies)))
     }
 }

@@ -18,7 +18,9 @@ fn r(name: &str) -> ResourceName {
 }
 
 fn opts(ttl: Duration) -> AcquireOptions {
-    AcquireOptions::new().ttl(ttl).timeout(Duration::from_secs(30))
+    AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30))
 }
 
 /// The leader dies while one client holds the lock and another waits:
@@ -43,8 +45,14 @@ async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
     let leader = f.cluster.leader().await.unwrap();
     f.cluster.kill(leader);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!waiter.is_finished(), "waiter got the lock while it was held");
-    assert!(a.validate(&ga).await.unwrap(), "holder lost its lock to a leader change");
+    assert!(
+        !waiter.is_finished(),
+        "waiter got the lock while it was held"
+    );
+    assert!(
+        a.validate(&ga).await.unwrap(),
+        "holder lost its lock to a leader change"
+    );
     history.released(0, ga.token()).await;
     let first = ga.token();
     ga.release().await.unwrap();
@@ -67,15 +75,25 @@ async fn all_members_restarted(version: EtcdVersion) {
     let lock = r("restart-all");
     let before = {
         let s = f.source().await;
-        let g = s.acquire(&lock, &opts(Duration::from_secs(2))).await.unwrap();
+        let g = s
+            .acquire(&lock, &opts(Duration::from_secs(2)))
+            .await
+            .unwrap();
         let t = g.token();
         g.release().await.unwrap();
         t
     };
     f.cluster.restart_all().await.unwrap();
     let s = f.source().await;
-    let g = s.acquire(&lock, &opts(Duration::from_secs(2))).await.unwrap();
-    assert!(g.token() > before, "token {} after restart, {before} before", g.token());
+    let g = s
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(
+        g.token() > before,
+        "token {} after restart, {before} before",
+        g.token()
+    );
     g.release().await.unwrap();
 }
 
@@ -86,12 +104,21 @@ async fn frozen_holder_process_is_fenced(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
-    let url = format!("etcd://{}{}?ttl=2", f.cluster.endpoints().join(","), f.prefix);
+    let url = format!(
+        "etcd://{}{}?ttl=2",
+        f.cluster.endpoints().join(","),
+        f.prefix
+    );
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_etcd-holder"));
-    cmd.args([url.as_str(), "frozen", "/fencing-test-gate"]).arg(&go);
+    cmd.args([url.as_str(), "frozen", "/fencing-test-gate"])
+        .arg(&go);
     let holder = Reaped::spawn(&mut cmd).unwrap();
     let line = |p: &Reaped| p.next_line(Duration::from_secs(20)).expect("holder output");
-    let t1: FencingToken = line(&holder).strip_prefix("GRANTED ").expect("GRANTED line").parse().unwrap();
+    let t1: FencingToken = line(&holder)
+        .strip_prefix("GRANTED ")
+        .expect("GRANTED line")
+        .parse()
+        .unwrap();
     assert_eq!(line(&holder), format!("WROTE {t1}"));
     assert_eq!(line(&holder), "READY");
 
@@ -103,21 +130,34 @@ async fn frozen_holder_process_is_fenced(version: EtcdVersion) {
 
     holder.signal(Signal::STOP);
     let b = f.source().await;
-    let gb = b.acquire(&lock, &opts(Duration::from_secs(2))).await.unwrap();
+    let gb = b
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
     history.released(0, t1).await;
     history.granted(1, gb.token()).await;
     let etcd_gate = b.gate("/fencing-test-gate").unwrap();
     etcd_gate.admit_grant(&gb).await.unwrap();
-    history.write(&file_gate, &lock, 1, gb.token()).await.unwrap();
+    history
+        .write(&file_gate, &lock, 1, gb.token())
+        .await
+        .unwrap();
 
     holder.signal(Signal::CONT);
     std::fs::write(&go, b"go").unwrap();
-    assert_eq!(line(&holder), format!("REJECTED {t1} {}", gb.token()), "EtcdGate let the stale write in");
+    assert_eq!(
+        line(&holder),
+        format!("REJECTED {t1} {}", gb.token()),
+        "EtcdGate let the stale write in"
+    );
     match history.write(&file_gate, &lock, 0, t1).await {
         Err(Error::Stale { .. }) => {}
         other => panic!("FileGate accepted the stale write: {other:?}"),
     }
-    etcd_gate.admit_grant(&gb).await.expect("retry with the current token");
+    etcd_gate
+        .admit_grant(&gb)
+        .await
+        .expect("retry with the current token");
     history.check().await.unwrap();
     gb.release().await.unwrap();
 }
@@ -126,9 +166,14 @@ async fn frozen_holder_process_is_fenced(version: EtcdVersion) {
 async fn key_deleted_behind_our_back(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let a = f.source().await;
-    let g = a.acquire(&r("deleted"), &opts(Duration::from_secs(10))).await.unwrap();
+    let g = a
+        .acquire(&r("deleted"), &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
     a.client().delete(g.key(), None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(3), g.lost()).await.expect("lost() did not fire");
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("lost() did not fire");
     assert!(!a.validate(&g).await.unwrap());
 }
 
@@ -138,7 +183,10 @@ async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let lock = r("herd");
     let holder = f.source().await;
-    let first = holder.acquire(&lock, &opts(Duration::from_secs(10))).await.unwrap();
+    let first = holder
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
     let mut sources = Vec::new();
     let mut tasks = Vec::new();
     let history = History::new();
@@ -147,7 +195,10 @@ async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
         sources.push(s.clone());
         let (lock, history) = (lock.clone(), history.clone());
         tasks.push(tokio::spawn(async move {
-            let g = s.acquire(&lock, &opts(Duration::from_secs(10))).await.expect("waiter acquire");
+            let g = s
+                .acquire(&lock, &opts(Duration::from_secs(10)))
+                .await
+                .expect("waiter acquire");
             history.granted(id + 1, g.token()).await;
             history.released(id + 1, g.token()).await;
             g.release().await.unwrap();
@@ -157,7 +208,18 @@ async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
     let dir = format!("{}/herd/", f.prefix);
     let mut raw = holder.client();
     for _ in 0..200 {
-        let count = raw.get(dir.as_str(), Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await.unwrap().count();
+        let count = raw
+            .get(
+                dir.as_str(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            )
+            .await
+            .unwrap()
+            .count();
         if count as usize == WAITERS + 1 {
             break;
         }
@@ -167,23 +229,45 @@ async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
     history.released(0, first.token()).await;
     first.release().await.unwrap();
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t).await.expect("waiters finish").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("waiters finish")
+            .unwrap();
     }
     history.check().await.unwrap();
     let wakeups: u64 = sources.iter().map(|s| s.waiter_wakeups()).sum();
     eprintln!("{version}: {WAITERS} waiters, {wakeups} wake-ups");
-    assert_eq!(wakeups, WAITERS as u64, "each hand-over must wake exactly one waiter");
+    assert_eq!(
+        wakeups, WAITERS as u64,
+        "each hand-over must wake exactly one waiter"
+    );
 }
 
 /// Grants and gates refuse tokens of another cluster.
 async fn foreign_cluster_is_refused(version: EtcdVersion) {
-    let (x, y) = (EtcdFixture::start(version).await, EtcdFixture::start(version).await);
+    let (x, y) = (
+        EtcdFixture::start(version).await,
+        EtcdFixture::start(version).await,
+    );
     let (sx, sy) = (x.source().await, y.source().await);
-    let g = sx.acquire(&r("foreign"), &opts(Duration::from_secs(5))).await.unwrap();
-    assert!(matches!(sy.validate(&g).await, Err(Error::ForeignSource { .. })));
+    let g = sx
+        .acquire(&r("foreign"), &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        sy.validate(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
     let gate = sy.gate("/fencing-test-gate").unwrap();
-    assert!(matches!(gate.admit_grant(&g).await, Err(Error::ForeignSource { .. })));
-    assert_eq!(gate.high_water(g.resource()).await.unwrap(), None, "nothing was written");
+    assert!(matches!(
+        gate.admit_grant(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(
+        gate.high_water(g.resource()).await.unwrap(),
+        None,
+        "nothing was written"
+    );
     g.release().await.unwrap();
 }
 
@@ -194,17 +278,32 @@ async fn guarded_txn_refuses_a_superseded_grant(version: EtcdVersion) {
     let (a, partition) = f.partitionable_source().await;
     let b = f.source().await;
     let lock = r("guarded");
-    let ga = a.acquire(&lock, &opts(Duration::from_secs(2))).await.unwrap();
-    a.guarded_txn(&ga, vec![TxnOp::put("/data/x", "from-a", None)]).await.unwrap();
+    let ga = a
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    a.guarded_txn(&ga, vec![TxnOp::put("/data/x", "from-a", None)])
+        .await
+        .unwrap();
     partition.set(true);
-    let gb = b.acquire(&lock, &opts(Duration::from_secs(2))).await.unwrap();
-    b.guarded_txn(&gb, vec![TxnOp::put("/data/x", "from-b", None)]).await.unwrap();
+    let gb = b
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    b.guarded_txn(&gb, vec![TxnOp::put("/data/x", "from-b", None)])
+        .await
+        .unwrap();
     partition.set(false);
-    match a.guarded_txn(&ga, vec![TxnOp::put("/data/x", "late-a", None)]).await {
+    match a
+        .guarded_txn(&ga, vec![TxnOp::put("/data/x", "late-a", None)])
+        .await
+    {
         Err(Error::Lost { .. }) => {}
         other => panic!("superseded guarded write: {other:?}"),
     }
-    let value = b.client().get("/data/x", None).await.unwrap().kvs()[0].value().to_vec();
+    let value = b.client().get("/data/x", None).await.unwrap().kvs()[0]
+        .value()
+        .to_vec();
     assert_eq!(value, b"from-b");
     gb.release().await.unwrap();
 }
@@ -215,19 +314,38 @@ async fn bad_input_is_refused(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let (_, partition) = f.partitionable_source().await;
     partition.set(true);
-    let dead = fencing_integration::proxy::Proxy::start(f.cluster.endpoints()[0].parse().unwrap()).await.unwrap();
+    let dead = fencing_integration::proxy::Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
+        .await
+        .unwrap();
     dead.set_blackhole(true);
-    let cfg = EtcdConfig::new([dead.endpoint()], "/p").unwrap().request_timeout(Duration::from_millis(800));
+    let cfg = EtcdConfig::new([dead.endpoint()], "/p")
+        .unwrap()
+        .request_timeout(Duration::from_millis(800));
     let started = tokio::time::Instant::now();
     match fencing_etcd::EtcdSource::connect(cfg).await {
-        Err(Error::Timeout { operation, .. }) => assert!(operation.contains(&dead.endpoint()), "{operation}"),
+        Err(Error::Timeout { operation, .. }) => {
+            assert!(operation.contains(&dead.endpoint()), "{operation}")
+        }
         other => panic!("unreachable cluster: {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
-    assert!(matches!(EtcdConfig::new(f.cluster.endpoints(), ""), Err(Error::Config(_))));
-    assert!(matches!(EtcdConfig::new(f.cluster.endpoints(), "/a\0b"), Err(Error::Config(_))));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        EtcdConfig::new(f.cluster.endpoints(), ""),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        EtcdConfig::new(f.cluster.endpoints(), "/a\0b"),
+        Err(Error::Config(_))
+    ));
     let s = f.source().await;
-    assert!(matches!(s.acquire(&r("a/b"), &opts(Duration::from_secs(2))).await, Err(Error::InvalidResource { .. })));
+    assert!(matches!(
+        s.acquire(&r("a/b"), &opts(Duration::from_secs(2))).await,
+        Err(Error::InvalidResource { .. })
+    ));
 }
 
 fencing_integration::on_both_etcd_versions!(
@@ -240,4 +358,3 @@ fencing_integration::on_both_etcd_versions!(
     guarded_txn_refuses_a_superseded_grant,
     bad_input_is_refused,
 );
-

@@ -23,24 +23,47 @@ struct Held {
 
 fn go_binary() -> std::path::PathBuf {
     let bin = cache_dir().join("bin").join("etcd-mutex");
-    assert!(bin.exists(), "{} is missing: run scripts/test.sh (scripts/install/go-interop.sh builds it)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/test.sh (scripts/install/go-interop.sh builds it)",
+        bin.display()
+    );
     bin
 }
 
 async fn go_and_rust_share_one_lock(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let mut go = Command::new(go_binary());
-    go.args(["contend", "--endpoints", &f.cluster.endpoints().join(","), "--counter", COUNTER])
-        .args(["--prefix", &format!("{}/interop", f.prefix), "--rounds", &ROUNDS.to_string(), "--id", "go"]);
+    go.args([
+        "contend",
+        "--endpoints",
+        &f.cluster.endpoints().join(","),
+        "--counter",
+        COUNTER,
+    ])
+    .args([
+        "--prefix",
+        &format!("{}/interop", f.prefix),
+        "--rounds",
+        &ROUNDS.to_string(),
+        "--id",
+        "go",
+    ]);
     let mut go = Reaped::spawn(&mut go).unwrap();
 
     let source = f.source().await;
     let lock = ResourceName::new("interop").unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(5)).timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30));
     let mut held = Vec::new();
     for _ in 0..ROUNDS {
         let g = source.acquire(&lock, &opts).await.unwrap();
-        held.push(Held { token: g.token().get(), read: read_modify_write(&source).await, go: false });
+        held.push(Held {
+            token: g.token().get(),
+            read: read_modify_write(&source).await,
+            go: false,
+        });
         g.release().await.unwrap();
     }
 
@@ -51,24 +74,42 @@ async fn go_and_rust_share_one_lock(version: EtcdVersion) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let lines = go.kill_and_collect();
-    assert!(lines.iter().any(|l| l.contains("\"done\"")), "Go side did not finish: {lines:?}");
-    let go_held: Vec<Held> = lines.iter().filter(|l| l.contains("\"held\"")).map(|l| parse_held(l)).collect();
+    assert!(
+        lines.iter().any(|l| l.contains("\"done\"")),
+        "Go side did not finish: {lines:?}"
+    );
+    let go_held: Vec<Held> = lines
+        .iter()
+        .filter(|l| l.contains("\"held\""))
+        .map(|l| parse_held(l))
+        .collect();
     assert_eq!(go_held.len(), ROUNDS, "{lines:?}");
     held.extend(go_held);
     held.sort();
     let reads: Vec<u64> = held.iter().map(|h| h.read).collect();
     let expected: Vec<u64> = (0..2 * ROUNDS as u64).collect();
-    assert_eq!(reads, expected, "by token order the counter must read 0, 1, 2, ...: {held:?}");
+    assert_eq!(
+        reads, expected,
+        "by token order the counter must read 0, 1, 2, ...: {held:?}"
+    );
     let switches = held.windows(2).filter(|w| w[0].go != w[1].go).count();
-    eprintln!("{version}: {} critical sections, the lock changed language {switches} times", held.len());
-    assert!(switches >= 2, "the two sides never really contended: {held:?}");
+    eprintln!(
+        "{version}: {} critical sections, the lock changed language {switches} times",
+        held.len()
+    );
+    assert!(
+        switches >= 2,
+        "the two sides never really contended: {held:?}"
+    );
 }
 
 /// The unprotected read-modify-write that only mutual exclusion keeps right.
 async fn read_modify_write(source: &fencing_etcd::EtcdSource) -> u64 {
     let mut c = source.client();
     let resp = c.get(COUNTER, None).await.unwrap();
-    let value = resp.kvs().first().map_or(0, |kv| std::str::from_utf8(kv.value()).unwrap().parse().unwrap());
+    let value = resp.kvs().first().map_or(0, |kv| {
+        std::str::from_utf8(kv.value()).unwrap().parse().unwrap()
+    });
     tokio::time::sleep(Duration::from_millis(5)).await;
     c.put(COUNTER, (value + 1).to_string(), None).await.unwrap();
     value
@@ -76,7 +117,11 @@ async fn read_modify_write(source: &fencing_etcd::EtcdSource) -> u64 {
 
 fn parse_held(line: &str) -> Held {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-    Held { token: v["token"].as_u64().expect("token"), read: v["read"].as_u64().expect("read"), go: true }
+    Held {
+        token: v["token"].as_u64().expect("token"),
+        read: v["read"].as_u64().expect("read"),
+        go: true,
+    }
 }
 
 fencing_integration::on_both_etcd_versions!(go_and_rust_share_one_lock);

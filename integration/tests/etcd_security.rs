@@ -11,11 +11,15 @@ use fencing_integration::etcd_cluster::{make_tls, ClusterOptions, EtcdCluster, E
 const PREFIX: &str = "/fencing-test";
 
 fn opts() -> AcquireOptions {
-    AcquireOptions::new().ttl(Duration::from_secs(2)).timeout(Duration::from_secs(10))
+    AcquireOptions::new()
+        .ttl(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
 }
 
 async fn round_trip(source: &EtcdSource) -> Result<(), Error> {
-    let g = source.acquire(&ResourceName::new("secured").unwrap(), &opts()).await?;
+    let g = source
+        .acquire(&ResourceName::new("secured").unwrap(), &opts())
+        .await?;
     assert!(source.validate(&g).await?);
     g.release().await
 }
@@ -28,26 +32,39 @@ async fn auth(version: EtcdVersion) {
     admin.user_add("root", "root-pw", None).await.unwrap();
     admin.user_grant_role("root", "root").await.unwrap();
     admin.role_add("locker").await.unwrap();
-    admin.role_grant_permission("locker", Permission::read_write(PREFIX).with_prefix()).await.unwrap();
+    admin
+        .role_grant_permission("locker", Permission::read_write(PREFIX).with_prefix())
+        .await
+        .unwrap();
     admin.user_add("fencer", "secret", None).await.unwrap();
     admin.user_grant_role("fencer", "locker").await.unwrap();
     admin.role_add("watcher").await.unwrap();
-    admin.role_grant_permission("watcher", Permission::read(PREFIX).with_prefix()).await.unwrap();
+    admin
+        .role_grant_permission("watcher", Permission::read(PREFIX).with_prefix())
+        .await
+        .unwrap();
     admin.user_add("reader", "pw", None).await.unwrap();
     admin.user_grant_role("reader", "watcher").await.unwrap();
     admin.auth_enable().await.unwrap();
 
     let cfg = |user: &str, pw: &str| {
-        EtcdConfig::new(cluster.endpoints(), PREFIX).unwrap().request_timeout(Duration::from_secs(3)).auth(user, pw)
+        EtcdConfig::new(cluster.endpoints(), PREFIX)
+            .unwrap()
+            .request_timeout(Duration::from_secs(3))
+            .auth(user, pw)
     };
-    let fencer = EtcdSource::connect(cfg("fencer", "secret")).await.expect("fencer connects");
+    let fencer = EtcdSource::connect(cfg("fencer", "secret"))
+        .await
+        .expect("fencer connects");
     round_trip(&fencer).await.expect("fencer locks");
 
     match EtcdSource::connect(cfg("fencer", "wrong")).await {
         Err(Error::PermissionDenied(msg)) => assert!(msg.contains("connect"), "{msg}"),
         other => panic!("wrong password: {other:?}"),
     }
-    let reader = EtcdSource::connect(cfg("reader", "pw")).await.expect("reader connects");
+    let reader = EtcdSource::connect(cfg("reader", "pw"))
+        .await
+        .expect("reader connects");
     match round_trip(&reader).await {
         Err(Error::PermissionDenied(_)) => {}
         other => panic!("read-only user locked: {other:?}"),
@@ -59,7 +76,10 @@ async fn auth(version: EtcdVersion) {
 async fn tls(version: EtcdVersion) {
     let dir = tempfile::tempdir().unwrap();
     let files = make_tls(dir.path()).unwrap();
-    let cluster = EtcdCluster::start_with(ClusterOptions::new(version, 1).with_tls(files.clone(), true)).await.unwrap();
+    let cluster =
+        EtcdCluster::start_with(ClusterOptions::new(version, 1).with_tls(files.clone(), true))
+            .await
+            .unwrap();
     let ep = cluster.endpoints().join(",");
     let ca = files.ca_cert.display();
     let with_cert = format!(
@@ -77,9 +97,16 @@ async fn tls(version: EtcdVersion) {
         Err(e) => Err(e),
     };
     assert!(refused.is_err(), "a client without certificate was served");
-    assert!(started.elapsed() < Duration::from_secs(15), "refusal took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "refusal took {:?}",
+        started.elapsed()
+    );
     let plain = format!("etcd://{ep}{PREFIX}?timeout=2");
-    assert!(EtcdSource::from_url(&plain).await.is_err(), "plain HTTP to a TLS cluster was served");
+    assert!(
+        EtcdSource::from_url(&plain).await.is_err(),
+        "plain HTTP to a TLS cluster was served"
+    );
 }
 
 fencing_integration::on_both_etcd_versions!(auth, tls);

@@ -56,7 +56,10 @@ pub struct EtcdConfig {
 
 impl EtcdConfig {
     /// Settings with defaults for the given endpoints and lock prefix.
-    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>, prefix: impl Into<String>) -> Result<Self> {
+    pub fn new(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        prefix: impl Into<String>,
+    ) -> Result<Self> {
         let cfg = EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: prefix.into(),
@@ -110,7 +113,9 @@ impl EtcdConfig {
             return Err(bad("must start with etcd:// or etcds://"));
         };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (hosts, path) = rest.split_once('/').ok_or_else(|| bad("missing /prefix after the hosts"))?;
+        let (hosts, path) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("missing /prefix after the hosts"))?;
         let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
         let mut cfg = EtcdConfig::new(endpoints, format!("/{}", path.trim_end_matches('/')))
             .map_err(|e| bad(&e.to_string()))?;
@@ -118,11 +123,19 @@ impl EtcdConfig {
         let mut user = None;
         let mut password = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
             match k {
-                "ttl" => cfg.ttl = whole_seconds(seconds(v).ok_or_else(|| bad("ttl must be a positive number of seconds"))?),
+                "ttl" => {
+                    cfg.ttl = whole_seconds(
+                        seconds(v)
+                            .ok_or_else(|| bad("ttl must be a positive number of seconds"))?,
+                    )
+                }
                 "timeout" => {
-                    cfg.request_timeout = seconds(v).ok_or_else(|| bad("timeout must be a positive number of seconds"))?
+                    cfg.request_timeout = seconds(v)
+                        .ok_or_else(|| bad("timeout must be a positive number of seconds"))?
                 }
                 "user" => user = Some(v.to_owned()),
                 "password" => password = Some(v.to_owned()),
@@ -167,14 +180,18 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
         return Err(Error::Config("etcd key prefix is empty".into()));
     }
     if prefix.contains('\0') {
-        return Err(Error::Config(format!("etcd key prefix {prefix:?} contains NUL")));
+        return Err(Error::Config(format!(
+            "etcd key prefix {prefix:?} contains NUL"
+        )));
     }
     Ok(())
 }
 
 fn valid_endpoint(e: &str) -> bool {
     match e.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0),
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+        }
         None => false,
     }
 }

@@ -29,7 +29,11 @@ impl Conn {
         if let Some(files) = &cfg.tls {
             opts = opts.with_tls(tls_options(files).await?);
         }
-        let urls: Vec<String> = cfg.endpoints.iter().map(|e| format!("{scheme}://{e}")).collect();
+        let urls: Vec<String> = cfg
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
         let endpoints = cfg.endpoints.join(",");
         // With auth, connect already talks to the cluster (to get a token):
         // bound it like any request so a dead cluster is a timeout.
@@ -38,7 +42,11 @@ impl Conn {
             Ok(r) => r.map_err(|e| map_err(&endpoints, limit, "connect", e))?,
             Err(_) => return Err(timeout(&endpoints, limit, "connect")),
         };
-        Ok(Conn { client, endpoints, timeout: cfg.request_timeout })
+        Ok(Conn {
+            client,
+            endpoints,
+            timeout: cfg.request_timeout,
+        })
     }
 
     /// A handle to the client (cheap to clone; calls need `&mut`).
@@ -62,7 +70,9 @@ impl Conn {
             let attempt = tokio::time::timeout_at(deadline, op(self.client.clone())).await;
             match attempt {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if is_transient(&e) && tokio::time::Instant::now() + pause < deadline => {
+                Ok(Err(e))
+                    if is_transient(&e) && tokio::time::Instant::now() + pause < deadline =>
+                {
                     tracing::debug!(what, error = %e, "transient etcd error; retrying");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
@@ -75,7 +85,10 @@ impl Conn {
 }
 
 fn timeout(endpoints: &str, after: Duration, what: &str) -> Error {
-    Error::Timeout { operation: format!("etcd {what} on [{endpoints}]"), after }
+    Error::Timeout {
+        operation: format!("etcd {what} on [{endpoints}]"),
+        after,
+    }
 }
 
 /// Failures where another attempt (maybe on another member) can succeed.
@@ -94,14 +107,19 @@ fn is_transient(e: &etcd_client::Error) -> bool {
 
 async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
     let read = |p: std::path::PathBuf| async move {
-        tokio::fs::read(&p).await.map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
+        tokio::fs::read(&p)
+            .await
+            .map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
     };
     let mut tls = TlsOptions::new();
     if let Some(ca) = &files.ca {
         tls = tls.ca_certificate(Certificate::from_pem(read(ca.clone()).await?));
     }
     if let (Some(cert), Some(key)) = (&files.cert, &files.key) {
-        tls = tls.identity(Identity::from_pem(read(cert.clone()).await?, read(key.clone()).await?));
+        tls = tls.identity(Identity::from_pem(
+            read(cert.clone()).await?,
+            read(key.clone()).await?,
+        ));
     }
     if let Some(domain) = &files.domain {
         tls = tls.domain_name(domain.clone());
@@ -116,8 +134,12 @@ fn map_err(endpoints: &str, limit: Duration, what: &str, e: etcd_client::Error) 
         match status.code() {
             // tonic's own per-request timeout, or the server's deadline.
             Code::DeadlineExceeded => return timeout(endpoints, limit, what),
-            Code::Cancelled if status.message().contains("Timeout") => return timeout(endpoints, limit, what),
-            Code::Unauthenticated | Code::PermissionDenied => return Error::PermissionDenied(context),
+            Code::Cancelled if status.message().contains("Timeout") => {
+                return timeout(endpoints, limit, what)
+            }
+            Code::Unauthenticated | Code::PermissionDenied => {
+                return Error::PermissionDenied(context)
+            }
             Code::InvalidArgument if status.message().contains("authentication failed") => {
                 return Error::PermissionDenied(context)
             }

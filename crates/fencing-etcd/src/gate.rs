@@ -2,7 +2,10 @@
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use fencing_core::{check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+use fencing_core::{
+    check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result,
+    SourceId,
+};
 
 use crate::config::check_prefix;
 use crate::conn::Conn;
@@ -28,7 +31,11 @@ pub struct EtcdGate {
 impl EtcdGate {
     pub(crate) fn new(conn: Conn, source: SourceId, prefix: String) -> Result<Self> {
         check_prefix(&prefix)?;
-        Ok(EtcdGate { conn, source, prefix })
+        Ok(EtcdGate {
+            conn,
+            source,
+            prefix,
+        })
     }
 
     /// Admits the grant's token after checking that this cluster minted it.
@@ -43,8 +50,13 @@ impl EtcdGate {
 
     /// The mark and the key's mod revision (0 when absent).
     async fn read(&self, key: &str) -> Result<(Option<FencingToken>, i64)> {
-        let resp = self.conn.call("gate get", |mut c| async move { c.get(key, None).await }).await?;
-        let Some(kv) = resp.kvs().first() else { return Ok((None, 0)) };
+        let resp = self
+            .conn
+            .call("gate get", |mut c| async move { c.get(key, None).await })
+            .await?;
+        let Some(kv) = resp.kvs().first() else {
+            return Ok((None, 0));
+        };
         let text = std::str::from_utf8(kv.value()).unwrap_or("");
         let mark = text
             .parse::<FencingToken>()
@@ -63,13 +75,28 @@ impl Gate for EtcdGate {
                 return Ok(());
             }
             let txn = Txn::new()
-                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_rev)])
+                .when([Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    mod_rev,
+                )])
                 .and_then([TxnOp::put(key.as_str(), token.to_string(), None)]);
-            if self.conn.call("gate txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?.succeeded() {
+            if self
+                .conn
+                .call("gate txn", |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await?
+                .succeeded()
+            {
                 return Ok(());
             }
         }
-        Err(Error::backend("etcd gate", format!("mark of {key:?} kept moving for {MAX_RACES} tries")))
+        Err(Error::backend(
+            "etcd gate",
+            format!("mark of {key:?} kept moving for {MAX_RACES} tries"),
+        ))
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

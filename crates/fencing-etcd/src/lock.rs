@@ -16,7 +16,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
+};
 use fencing_core::{Error, ResourceName, Result};
 
 use crate::conn::Conn;
@@ -46,13 +49,19 @@ pub(crate) fn lock_dir(prefix: &str, resource: &ResourceName) -> String {
 /// (lock `a` would otherwise see the keys of lock `a/b`).
 pub(crate) fn check_resource(resource: &ResourceName) -> Result<()> {
     if resource.as_str().contains('/') {
-        return Err(Error::invalid_resource(resource.as_str(), "etcd lock names may not contain '/'"));
+        return Err(Error::invalid_resource(
+            resource.as_str(),
+            "etcd lock names may not contain '/'",
+        ));
     }
     Ok(())
 }
 
 fn first_created() -> GetOptions {
-    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
 }
 
 /// Outcome of the acquire txn.
@@ -67,15 +76,36 @@ pub(crate) struct Attempt {
 }
 
 /// Creates my key if absent and reads the owner, in one txn.
-pub(crate) async fn attempt(conn: &Conn, keys: &LockKeys, lease_id: i64, holder: &str) -> Result<Attempt> {
+pub(crate) async fn attempt(
+    conn: &Conn,
+    keys: &LockKeys,
+    lease_id: i64,
+    holder: &str,
+) -> Result<Attempt> {
     let txn = Txn::new()
-        .when([Compare::create_revision(keys.mine.as_str(), CompareOp::Equal, 0)])
+        .when([Compare::create_revision(
+            keys.mine.as_str(),
+            CompareOp::Equal,
+            0,
+        )])
         .and_then([
-            TxnOp::put(keys.mine.as_str(), holder, Some(PutOptions::new().with_lease(lease_id))),
+            TxnOp::put(
+                keys.mine.as_str(),
+                holder,
+                Some(PutOptions::new().with_lease(lease_id)),
+            ),
             TxnOp::get(keys.dir.as_str(), Some(first_created())),
         ])
-        .or_else([TxnOp::get(keys.mine.as_str(), None), TxnOp::get(keys.dir.as_str(), Some(first_created()))]);
-    let resp = conn.call("lock txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?;
+        .or_else([
+            TxnOp::get(keys.mine.as_str(), None),
+            TxnOp::get(keys.dir.as_str(), Some(first_created())),
+        ]);
+    let resp = conn
+        .call("lock txn", |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await?;
     let ops = resp.op_responses();
     let rev = if resp.succeeded() {
         resp.header().map(|h| h.revision()).unwrap_or(0)
@@ -83,10 +113,17 @@ pub(crate) async fn attempt(conn: &Conn, keys: &LockKeys, lease_id: i64, holder:
         first_kv_create(&ops[0]).unwrap_or(0)
     };
     if rev <= 0 {
-        return Err(Error::backend("etcd lock txn", "could not read back my own key"));
+        return Err(Error::backend(
+            "etcd lock txn",
+            "could not read back my own key",
+        ));
     }
     let owner = first_kv_create(&ops[1]).is_none_or(|oldest| oldest == rev);
-    Ok(Attempt { rev, owner, existed: !resp.succeeded() })
+    Ok(Attempt {
+        rev,
+        owner,
+        existed: !resp.succeeded(),
+    })
 }
 
 fn first_kv_create(op: &TxnOpResponse) -> Option<i64> {
@@ -98,15 +135,27 @@ fn first_kv_create(op: &TxnOpResponse) -> Option<i64> {
 
 /// Waits until no key older than `rev` is left under the lock, watching one
 /// predecessor at a time. Counts the delete events it is woken by.
-pub(crate) async fn wait_for_predecessors(conn: &Conn, dir: &str, rev: i64, wakeups: &AtomicU64) -> Result<()> {
+pub(crate) async fn wait_for_predecessors(
+    conn: &Conn,
+    dir: &str,
+    rev: i64,
+    wakeups: &AtomicU64,
+) -> Result<()> {
     loop {
         let newest_older = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
             .with_limit(1)
             .with_max_create_revision(rev - 1);
-        let resp = conn.call("lock wait get", |mut c| { let o = newest_older.clone(); async move { c.get(dir, Some(o)).await } }).await?;
-        let Some(pred) = resp.kvs().first() else { return Ok(()) };
+        let resp = conn
+            .call("lock wait get", |mut c| {
+                let o = newest_older.clone();
+                async move { c.get(dir, Some(o)).await }
+            })
+            .await?;
+        let Some(pred) = resp.kvs().first() else {
+            return Ok(());
+        };
         let seen_at = resp.header().map(|h| h.revision()).unwrap_or(0);
         if let Err(e) = wait_deleted(conn, pred.key(), seen_at, wakeups).await {
             // A broken watch (member restart, compaction) is not fatal: look
@@ -123,14 +172,31 @@ async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64
     // that starts at or below the current revision is caught up by a
     // background loop only every 100 ms.
     let opts = WatchOptions::new().with_start_revision(seen_at + 1);
-    let mut stream = conn.call("watch", |mut c| { let o = opts.clone(); async move { c.watch(key, Some(o)).await } }).await?;
+    let mut stream = conn
+        .call("watch", |mut c| {
+            let o = opts.clone();
+            async move { c.watch(key, Some(o)).await }
+        })
+        .await?;
     loop {
-        let msg = stream.message().await.map_err(|e| Error::backend("etcd watch", e))?;
-        let Some(resp) = msg else { return Err(Error::backend("etcd watch", "stream closed")) };
+        let msg = stream
+            .message()
+            .await
+            .map_err(|e| Error::backend("etcd watch", e))?;
+        let Some(resp) = msg else {
+            return Err(Error::backend("etcd watch", "stream closed"));
+        };
         if resp.canceled() {
-            return Err(Error::backend("etcd watch", format!("canceled: {}", resp.cancel_reason())));
+            return Err(Error::backend(
+                "etcd watch",
+                format!("canceled: {}", resp.cancel_reason()),
+            ));
         }
-        if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+        if resp
+            .events()
+            .iter()
+            .any(|e| e.event_type() == EventType::Delete)
+        {
             wakeups.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -139,8 +205,13 @@ async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64
 
 /// True when my key still exists with my create revision.
 pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool> {
-    let resp = conn.call("get", |mut c| async move { c.get(key, None).await }).await?;
-    Ok(resp.kvs().first().is_some_and(|kv| kv.create_revision() == rev))
+    let resp = conn
+        .call("get", |mut c| async move { c.get(key, None).await })
+        .await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == rev))
 }
 
 /// Which incarnation of my key to delete.
@@ -158,22 +229,47 @@ pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result
         Incarnation::Created(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
         Incarnation::OfLease(lease) => Compare::lease(key, CompareOp::Equal, lease),
     };
-    let txn = Txn::new().when([compare]).and_then([TxnOp::delete(key, None)]);
-    conn.call("unlock txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await.map(drop)
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::delete(key, None)]);
+    conn.call("unlock txn", |mut c| {
+        let txn = txn.clone();
+        async move { c.txn(txn).await }
+    })
+    .await
+    .map(drop)
 }
 
 /// Watches my key and reports when it is deleted behind our back.
-pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fencing_core::LeaseTracker) {
+pub(crate) async fn watch_own_key(
+    conn: Conn,
+    key: String,
+    rev: i64,
+    lease: fencing_core::LeaseTracker,
+) {
     let mut from = rev + 1;
     loop {
         let opts = WatchOptions::new().with_start_revision(from);
         let outcome = async {
-            let mut stream = conn.call("watch", |mut c| { let (k, o) = (key.clone(), opts.clone()); async move { c.watch(k, Some(o)).await } }).await?;
-            while let Some(resp) = stream.message().await.map_err(|e| Error::backend("etcd watch", e))? {
+            let mut stream = conn
+                .call("watch", |mut c| {
+                    let (k, o) = (key.clone(), opts.clone());
+                    async move { c.watch(k, Some(o)).await }
+                })
+                .await?;
+            while let Some(resp) = stream
+                .message()
+                .await
+                .map_err(|e| Error::backend("etcd watch", e))?
+            {
                 if resp.canceled() {
                     break;
                 }
-                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                if resp
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
+                {
                     return Ok(true);
                 }
             }
@@ -191,8 +287,19 @@ pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fenc
             // The watch broke: check the key directly, then watch again.
             _ => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                match conn.call("get", |mut c| { let k = key.clone(); async move { c.get(k, None).await } }).await {
-                    Ok(resp) if resp.kvs().first().is_none_or(|kv| kv.create_revision() != rev) => {
+                match conn
+                    .call("get", |mut c| {
+                        let k = key.clone();
+                        async move { c.get(k, None).await }
+                    })
+                    .await
+                {
+                    Ok(resp)
+                        if resp
+                            .kvs()
+                            .first()
+                            .is_none_or(|kv| kv.create_revision() != rev) =>
+                    {
                         lease.mark_lost("lock key deleted in etcd");
                         return;
                     }
@@ -206,7 +313,11 @@ pub(crate) async fn watch_own_key(conn: Conn, key: String, rev: i64, lease: fenc
 
 /// The current owner of a lock: its key's value and create revision.
 pub(crate) async fn owner(conn: &Conn, dir: &str) -> Result<Option<(String, i64)>> {
-    let resp = conn.call("get owner", |mut c| async move { c.get(dir, Some(first_created())).await }).await?;
+    let resp = conn
+        .call("get owner", |mut c| async move {
+            c.get(dir, Some(first_created())).await
+        })
+        .await?;
     Ok(resp.kvs().first().map(|kv| {
         let value = String::from_utf8_lossy(kv.value()).into_owned();
         let name = if value.is_empty() {

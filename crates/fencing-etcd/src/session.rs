@@ -31,11 +31,20 @@ struct State {
 
 impl Session {
     /// Grants a lease and starts keeping it alive.
-    pub(crate) async fn start(conn: &Conn, ttl: Duration) -> Result<(Session, etcd_client::ResponseHeader)> {
+    pub(crate) async fn start(
+        conn: &Conn,
+        ttl: Duration,
+    ) -> Result<(Session, etcd_client::ResponseHeader)> {
         let sent = Instant::now();
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut resp = conn.call("lease grant", |mut c| async move { c.lease_grant(secs, None).await }).await?;
-        let header = resp.take_header().ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
+        let mut resp = conn
+            .call("lease grant", |mut c| async move {
+                c.lease_grant(secs, None).await
+            })
+            .await?;
+        let header = resp
+            .take_header()
+            .ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
         let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
         let state = Arc::new(State {
             lease: LeaseTracker::new(sent, ttl),
@@ -43,8 +52,20 @@ impl Session {
             renewed_at: Mutex::new(sent),
         });
         let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, state.clone()));
-        tracing::debug!(lease = format_args!("{:x}", resp.id()), ?ttl, "etcd session started");
-        Ok((Session { lease_id: resp.id(), ttl, state, keeper }, header))
+        tracing::debug!(
+            lease = format_args!("{:x}", resp.id()),
+            ?ttl,
+            "etcd session started"
+        );
+        Ok((
+            Session {
+                lease_id: resp.id(),
+                ttl,
+                state,
+                keeper,
+            },
+            header,
+        ))
     }
 
     pub(crate) fn is_live(&self) -> bool {
@@ -71,7 +92,12 @@ impl Session {
     pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
         self.keeper.abort();
         self.state.lose("session closed");
-        conn.call("lease revoke", |mut c| { let id = self.lease_id; async move { c.lease_revoke(id).await } }).await.map(drop)
+        conn.call("lease revoke", |mut c| {
+            let id = self.lease_id;
+            async move { c.lease_revoke(id).await }
+        })
+        .await
+        .map(drop)
     }
 }
 
@@ -119,7 +145,12 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, state: Arc<State>) {
             _ = tokio::time::sleep(period) => {}
         }
         let sent = Instant::now();
-        match tokio::time::timeout(period, renew_once(&conn, id, ttl.as_secs() as i64, &mut stream)).await {
+        match tokio::time::timeout(
+            period,
+            renew_once(&conn, id, ttl.as_secs() as i64, &mut stream),
+        )
+        .await
+        {
             Ok(Ok(granted)) if granted > 0 => {
                 if !state.renewed(sent, Duration::from_secs(granted as u64)) {
                     return;
@@ -134,7 +165,10 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, state: Arc<State>) {
                 stream = None;
             }
             Err(_) => {
-                tracing::warn!(lease = format_args!("{id:x}"), "etcd keep-alive timed out; retrying");
+                tracing::warn!(
+                    lease = format_args!("{id:x}"),
+                    "etcd keep-alive timed out; retrying"
+                );
                 stream = None;
             }
         }
@@ -165,7 +199,9 @@ async fn renew_once(
                     *stream = Some(s);
                     Ok(lease_ttl)
                 }
-                Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => Err(Renewal::Expired),
+                Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => {
+                    Err(Renewal::Expired)
+                }
                 Err(e) => Err(Renewal::Failed(e)),
             };
         }
@@ -174,7 +210,9 @@ async fn renew_once(
     match replies.message().await {
         Ok(Some(reply)) if reply.ttl() <= 0 => Err(Renewal::Expired),
         Ok(Some(reply)) => Ok(reply.ttl()),
-        Ok(None) => Err(Renewal::Failed(etcd_client::Error::LeaseKeepAliveError("stream closed".into()))),
+        Ok(None) => Err(Renewal::Failed(etcd_client::Error::LeaseKeepAliveError(
+            "stream closed".into(),
+        ))),
         Err(e) => Err(Renewal::Failed(e)),
     }
 }

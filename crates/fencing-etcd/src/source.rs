@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error, FencingSource, FencingToken,
-    Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
+    FencingSource, FencingToken, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result,
+    SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
@@ -70,7 +71,12 @@ impl EtcdSource {
     pub async fn connect(cfg: EtcdConfig) -> Result<Self> {
         let conn = Conn::connect(&cfg).await?;
         let probe = GetOptions::new().with_count_only();
-        let resp = conn.call("get cluster id", |mut c| { let (k, o) = (cfg.prefix.clone(), probe.clone()); async move { c.get(k, Some(o)).await } }).await?;
+        let resp = conn
+            .call("get cluster id", |mut c| {
+                let (k, o) = (cfg.prefix.clone(), probe.clone());
+                async move { c.get(k, Some(o)).await }
+            })
+            .await?;
         let cluster = resp.header().map(|h| h.cluster_id()).unwrap_or(0);
         Ok(EtcdSource {
             inner: Arc::new(Inner {
@@ -105,7 +111,11 @@ impl EtcdSource {
 
     /// A gate whose high-water marks live in etcd under `prefix`.
     pub fn gate(&self, prefix: impl Into<String>) -> Result<EtcdGate> {
-        EtcdGate::new(self.inner.conn.clone(), self.inner.identity.clone(), prefix.into())
+        EtcdGate::new(
+            self.inner.conn.clone(),
+            self.inner.identity.clone(),
+            prefix.into(),
+        )
     }
 
     /// Runs `ops` in one txn only if `grant` still holds its lock (its key
@@ -115,18 +125,37 @@ impl EtcdSource {
     pub async fn guarded_txn(&self, grant: &Grant, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         ensure_same_source(&self.inner.identity, grant)?;
         let rev = i64::try_from(grant.token())?;
-        let txn = Txn::new().when([Compare::create_revision(grant.key(), CompareOp::Equal, rev)]).and_then(ops);
-        let resp = self.inner.conn.call("guarded txn", |mut c| { let txn = txn.clone(); async move { c.txn(txn).await } }).await?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(grant.key(), CompareOp::Equal, rev)])
+            .and_then(ops);
+        let resp = self
+            .inner
+            .conn
+            .call("guarded txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             grant.lease().mark_lost("lock key gone at guarded write");
-            return Err(Error::lost(grant.resource().as_str(), "lock key no longer carries this token"));
+            return Err(Error::lost(
+                grant.resource().as_str(),
+                "lock key no longer carries this token",
+            ));
         }
         Ok(resp)
     }
 
     /// Revokes this source's sessions: every grant it holds ends at once.
     pub async fn close(&self) -> Result<()> {
-        let sessions: Vec<_> = self.inner.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let sessions: Vec<_> = self
+            .inner
+            .sessions
+            .lock()
+            .await
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
         for s in sessions {
             s.revoke(&self.inner.conn).await?;
         }
@@ -150,10 +179,20 @@ impl EtcdSource {
     }
 
     /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
-    async fn take(&self, resource: &ResourceName, opts: &AcquireOptions, wait: bool) -> Result<Option<Grant>> {
+    async fn take(
+        &self,
+        resource: &ResourceName,
+        opts: &AcquireOptions,
+        wait: bool,
+    ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
-        let ttl = opts.ttl.map_or(self.inner.cfg.ttl, |t| self.inner.cfg.clone().ttl(t).ttl);
-        let holder = opts.holder.clone().unwrap_or_else(|| self.inner.holder.clone());
+        let ttl = opts
+            .ttl
+            .map_or(self.inner.cfg.ttl, |t| self.inner.cfg.clone().ttl(t).ttl);
+        let holder = opts
+            .holder
+            .clone()
+            .unwrap_or_else(|| self.inner.holder.clone());
         let local = self.local_lock(&lock::lock_dir(&self.inner.cfg.prefix, resource));
         let guard = if wait {
             local.lock_owned().await
@@ -189,12 +228,20 @@ impl EtcdSource {
                 why = session.lost() => return Err(Error::lost(resource.as_str(), format!("etcd session lost while waiting: {why}"))),
             }
             if !lock::still_mine(conn, &keys.mine, attempt.rev).await? {
-                return Err(Error::lost(resource.as_str(), "etcd session expired while waiting for the lock"));
+                return Err(Error::lost(
+                    resource.as_str(),
+                    "etcd session expired while waiting for the lock",
+                ));
             }
         }
         let token = FencingToken::try_from(attempt.rev)?;
         let tracker = session.track_grant();
-        let watcher = tokio::spawn(lock::watch_own_key(conn.clone(), keys.mine.clone(), attempt.rev, tracker.clone()));
+        let watcher = tokio::spawn(lock::watch_own_key(
+            conn.clone(),
+            keys.mine.clone(),
+            attempt.rev,
+            tracker.clone(),
+        ));
         let info = GrantInfo {
             token,
             resource: resource.clone(),
@@ -203,7 +250,14 @@ impl EtcdSource {
             key: keys.mine.clone(),
             ttl: session.ttl,
         };
-        let backend = EtcdGrant { conn: conn.clone(), key: keys.mine, rev: attempt.rev, watcher, _session: session, _local: pending.disarm() };
+        let backend = EtcdGrant {
+            conn: conn.clone(),
+            key: keys.mine,
+            rev: attempt.rev,
+            watcher,
+            _session: session,
+            _local: pending.disarm(),
+        };
         tracing::debug!(%resource, %token, "etcd grant");
         Ok(Some(Grant::new(info, tracker, Box::new(backend))))
     }
@@ -222,11 +276,18 @@ struct PendingKey {
 
 impl PendingKey {
     fn new(conn: Conn, key: String, lease_id: i64, guard: OwnedMutexGuard<()>) -> Self {
-        PendingKey { conn, key, lease_id, rev: None, guard: Some(guard) }
+        PendingKey {
+            conn,
+            key,
+            lease_id,
+            rev: None,
+            guard: Some(guard),
+        }
     }
 
     fn incarnation(&self) -> Incarnation {
-        self.rev.map_or(Incarnation::OfLease(self.lease_id), Incarnation::Created)
+        self.rev
+            .map_or(Incarnation::OfLease(self.lease_id), Incarnation::Created)
     }
 
     async fn cleanup(mut self) -> Result<()> {
@@ -235,13 +296,17 @@ impl PendingKey {
     }
 
     fn disarm(mut self) -> OwnedMutexGuard<()> {
-        self.guard.take().expect("guard present until disarmed or cleaned up")
+        self.guard
+            .take()
+            .expect("guard present until disarmed or cleaned up")
     }
 }
 
 impl Drop for PendingKey {
     fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else { return };
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
         let (conn, key, which) = (self.conn.clone(), self.key.clone(), self.incarnation());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
@@ -284,12 +349,26 @@ impl FencingSource for EtcdSource {
     }
 
     async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let operation = || format!("acquire {resource:?} on etcd [{}]", self.inner.cfg.endpoints.join(","));
-        let grant = with_timeout(options.timeout, operation, self.take(resource, options, true)).await?;
+        let operation = || {
+            format!(
+                "acquire {resource:?} on etcd [{}]",
+                self.inner.cfg.endpoints.join(",")
+            )
+        };
+        let grant = with_timeout(
+            options.timeout,
+            operation,
+            self.take(resource, options, true),
+        )
+        .await?;
         grant.ok_or_else(|| Error::backend("etcd acquire", "gave up without waiting"))
     }
 
-    async fn try_acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Option<Grant>> {
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
         self.take(resource, options, false).await
     }
 
@@ -304,7 +383,12 @@ impl FencingSource for EtcdSource {
         let dir = lock::lock_dir(&self.inner.cfg.prefix, resource);
         let owner = lock::owner(&self.inner.conn, &dir).await?;
         owner
-            .map(|(holder, rev)| Ok(HolderInfo { holder, token: FencingToken::try_from(rev)? }))
+            .map(|(holder, rev)| {
+                Ok(HolderInfo {
+                    holder,
+                    token: FencingToken::try_from(rev)?,
+                })
+            })
             .transpose()
     }
 }

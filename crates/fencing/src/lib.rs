@@ -22,7 +22,7 @@
 //! grant.release().await?;
 //!
 //! // Backends that are not built in are refused with a clear message.
-//! assert!(fencing::connect("etcd://127.0.0.1:2379").await.is_err());
+//! assert!(fencing::connect("zk://127.0.0.1:2181/locks").await.is_err());
 //! # Ok(()) }
 //! ```
 
@@ -36,6 +36,11 @@ use std::sync::Arc;
 
 pub use url::{SourceUrl, KNOWN_SCHEMES};
 
+/// The etcd backend ([`EtcdSource`](fencing_etcd::EtcdSource),
+/// [`EtcdGate`](fencing_etcd::EtcdGate)); feature `etcd`.
+#[cfg(feature = "etcd")]
+pub use fencing_etcd as etcd;
+
 /// Opens the fencing source a URL names.
 ///
 /// Supported:
@@ -45,9 +50,13 @@ pub use url::{SourceUrl, KNOWN_SCHEMES};
 ///   An optional `?ttl=SECS` (decimal seconds, e.g. `ttl=2.5`) sets the default
 ///   lease length used when [`AcquireOptions`] give none.
 ///
-/// The schemes `etcd`, `etcds`, `zk` and `kube` are recognised but their
-/// backends are not part of this build; they, unknown schemes and malformed
-/// URLs give [`Error::Config`] naming the problem.
+/// - `etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?ttl=SECS&timeout=SECS&user=U&password=P]`
+///   and `etcds://...?ca=&cert=&key=&domain=` — an etcd cluster (feature
+///   `etcd`; see `fencing_etcd::EtcdConfig::from_url`).
+///
+/// The schemes `zk` and `kube` are recognised but their backends are not
+/// part of this build; they, unknown schemes and malformed URLs give
+/// [`Error::Config`] naming the problem.
 ///
 /// Opening a local directory is blocking file I/O, so it runs on tokio's
 /// blocking pool; call this from inside a tokio runtime.
@@ -63,6 +72,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
             tracing::debug!(dir = %shown, identity = %source.identity(), "connected to local source");
             Ok(Arc::new(source))
         }
+        #[cfg(feature = "etcd")]
+        SourceUrl::Etcd(cfg) => Ok(Arc::new(fencing_etcd::EtcdSource::connect(cfg).await?)),
     }
 }
 
@@ -117,9 +128,18 @@ mod tests {
 
     #[tokio::test]
     async fn missing_backends_name_their_scheme() {
+        #[cfg(not(feature = "etcd"))]
         for (url, scheme) in [
             ("etcd://127.0.0.1:2379", "etcd"),
             ("etcds://etcd.example:2379", "etcd"),
+        ] {
+            let msg = config_message(connect(url).await);
+            assert!(
+                msg.contains("this build has no") && msg.contains(scheme),
+                "{url}: {msg}"
+            );
+        }
+        for (url, scheme) in [
             ("zk://zk1:2181/locks", "ZooKeeper"),
             ("kube://default", "Kubernetes"),
         ] {
@@ -129,6 +149,21 @@ mod tests {
                 "{url}: {msg}"
             );
         }
+    }
+
+    #[cfg(feature = "etcd")]
+    #[tokio::test]
+    async fn etcd_urls_are_checked_before_connecting() {
+        let msg = config_message(connect("etcd://127.0.0.1:2379").await);
+        assert!(msg.contains("prefix"), "{msg}");
+        let unreachable = connect("etcd://127.0.0.1:1/locks?timeout=0.5").await;
+        assert!(
+            matches!(
+                unreachable,
+                Err(Error::Timeout { .. }) | Err(Error::Backend { .. })
+            ),
+            "{unreachable:?}"
+        );
     }
 
     #[tokio::test]

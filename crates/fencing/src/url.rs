@@ -35,6 +35,10 @@ pub enum SourceUrl {
         /// The default lease length from `?ttl=`, if given.
         default_ttl: Option<Duration>,
     },
+    /// `etcd://HOSTS/PREFIX[?...]` or `etcds://...`, already checked by
+    /// [`fencing_etcd::EtcdConfig::from_url`].
+    #[cfg(feature = "etcd")]
+    Etcd(fencing_etcd::EtcdConfig),
 }
 
 impl SourceUrl {
@@ -53,9 +57,24 @@ impl SourceUrl {
         };
         match scheme.to_ascii_lowercase().as_str() {
             "local" => parse_local(url, rest),
-            "etcd" | "etcds" => Err(missing_backend(scheme, "etcd", "fencing-etcd")),
-            "zk" => Err(missing_backend(scheme, "ZooKeeper", "fencing-zk")),
-            "kube" => Err(missing_backend(scheme, "Kubernetes", "fencing-kube")),
+            #[cfg(feature = "etcd")]
+            "etcd" | "etcds" => fencing_etcd::EtcdConfig::from_url(url).map(SourceUrl::Etcd),
+            #[cfg(not(feature = "etcd"))]
+            "etcd" | "etcds" => Err(missing_backend(
+                scheme,
+                "etcd",
+                "feature `etcd` of the fencing crate",
+            )),
+            "zk" => Err(missing_backend(
+                scheme,
+                "ZooKeeper",
+                "fencing-zookeeper crate, which has not landed",
+            )),
+            "kube" => Err(missing_backend(
+                scheme,
+                "Kubernetes",
+                "fencing-kube crate, which has not landed",
+            )),
             _ => Err(config(format!(
                 "unknown fencing source scheme {scheme:?} in {url:?}; known schemes: {}",
                 KNOWN_SCHEMES.join(", ")
@@ -77,8 +96,7 @@ fn is_scheme(s: &str) -> bool {
 
 fn missing_backend(scheme: &str, system: &str, krate: &str) -> Error {
     config(format!(
-        "this build has no {system} backend for {scheme}:// URLs (the {krate} crate has not landed); \
-         use local://DIR for now"
+        "this build has no {system} backend for {scheme}:// URLs (it needs the {krate})"
     ))
 }
 
@@ -198,8 +216,11 @@ mod tests {
 
     #[test]
     fn recognised_but_absent_backends() {
-        assert!(err("etcd://127.0.0.1:2379").contains("no etcd backend"));
-        assert!(err("etcds://h:2379").contains("no etcd backend for etcds://"));
+        #[cfg(not(feature = "etcd"))]
+        {
+            assert!(err("etcd://127.0.0.1:2379").contains("no etcd backend"));
+            assert!(err("etcds://h:2379").contains("no etcd backend for etcds://"));
+        }
         assert!(err("zk://h:2181").contains("no ZooKeeper backend"));
         assert!(err("kube://ns").contains("no Kubernetes backend"));
     }
