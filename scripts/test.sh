@@ -22,3 +22,6 @@ cargo test --workspace --locked
 
 echo "== fence demo (the README's main job)"
 cargo run --locked -q -p fencing-cli --bin fence -- demo
+
+echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"
+cargo run --locked -q --release -p fencing-integration --bin etcd-bench -- --iterations 40

@@ -113,19 +113,21 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let (mut go_runs, mut rust_runs) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         // Fresh prefixes per side and round: no run sees another's keys.
-        let go_run = go_bench(
-            &go,
-            &endpoints,
-            &format!("/bench-go-{round}/{RESOURCE}"),
-            &args,
-        )
-        .await?;
-        print_run("go", round, &go_run);
-        go_runs.push(go_run);
-        let rust_run =
-            rust_bench(&endpoints, &format!("/bench-rust-{round}"), &client, &args).await?;
-        print_run("rust", round, &rust_run);
-        rust_runs.push(rust_run);
+        // The side that goes first alternates (Go, Rust, Rust, Go, ...) so
+        // neither always runs on a cluster the other has just warmed up.
+        let go_prefix = format!("/bench-go-{round}/{RESOURCE}");
+        let rust_prefix = format!("/bench-rust-{round}");
+        for go_turn in if round % 2 == 1 { [true, false] } else { [false, true] } {
+            if go_turn {
+                let run = go_bench(&go, &endpoints, &go_prefix, &args).await?;
+                print_run("go", round, &run);
+                go_runs.push(run);
+            } else {
+                let run = rust_bench(&endpoints, &rust_prefix, &client, &args).await?;
+                print_run("rust", round, &run);
+                rust_runs.push(run);
+            }
+        }
     }
 
     let (rust, go) = (combine(&rust_runs), combine(&go_runs));
