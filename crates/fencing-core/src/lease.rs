@@ -78,7 +78,7 @@ impl LeaseTracker {
 
     /// Marks the grant lost for good. The first reason given is kept.
     pub fn mark_lost(&self, reason: impl Into<String>) {
-        let mut slot = self.inner.reason.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.inner.reason);
         if slot.is_none() {
             *slot = Some(reason.into());
             tracing::debug!(reason = slot.as_deref(), "grant marked lost");
@@ -134,6 +134,78 @@ impl LeaseTracker {
     }
 }
 
+/// One coordinator lease (an etcd lease, a ZooKeeper session) shared by
+/// several grants. The backend's renewal loop reports renewals and loss
+/// here once; each grant gets its own [`LeaseTracker`] that follows the
+/// shared lease but can also be lost on its own (its key deleted).
+#[derive(Debug)]
+pub struct LeaseGroup {
+    lease: LeaseTracker,
+    ttl: Mutex<Duration>,
+    renewed_at: Mutex<Instant>,
+    grants: Mutex<Vec<LeaseTracker>>,
+}
+
+impl LeaseGroup {
+    /// A group for a lease granted by a request sent at `sent_at`.
+    #[must_use]
+    pub fn new(sent_at: Instant, ttl: Duration) -> Self {
+        LeaseGroup {
+            lease: LeaseTracker::new(sent_at, ttl),
+            ttl: Mutex::new(ttl),
+            renewed_at: Mutex::new(sent_at),
+            grants: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The shared lease itself.
+    #[must_use]
+    pub fn lease(&self) -> &LeaseTracker {
+        &self.lease
+    }
+
+    /// A tracker for a new grant on this lease, with the lease's current
+    /// deadline; renewed and lost together with it from now on.
+    #[must_use]
+    pub fn track(&self) -> LeaseTracker {
+        let tracker = LeaseTracker::new(*lock(&self.renewed_at), *lock(&self.ttl));
+        if !self.lease.is_live() {
+            tracker.mark_lost(self.lease.loss_reason().unwrap_or_default());
+        }
+        lock(&self.grants).push(tracker.clone());
+        tracker
+    }
+
+    /// Records a renewal sent at `sent_at` for `ttl`, for the lease and
+    /// every live grant. False (and everything lost) when it came too late.
+    pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+        if !self.lease.renewed(sent_at, ttl) {
+            self.lose("lease deadline passed before a renewal was confirmed");
+            return false;
+        }
+        *lock(&self.renewed_at) = sent_at;
+        *lock(&self.ttl) = ttl;
+        let mut grants = lock(&self.grants);
+        grants.retain(LeaseTracker::is_live);
+        for g in grants.iter() {
+            g.renewed(sent_at, ttl);
+        }
+        true
+    }
+
+    /// Marks the lease and every grant on it lost.
+    pub fn lose(&self, reason: &str) {
+        self.lease.mark_lost(reason);
+        for g in lock(&self.grants).drain(..) {
+            g.mark_lost(reason);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +253,24 @@ mod tests {
         let before = t.deadline();
         assert!(t.renewed(old, ttl));
         assert_eq!(t.deadline(), before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_renews_and_loses_its_grants_together() {
+        let ttl = Duration::from_secs(10);
+        let group = LeaseGroup::new(Instant::now(), ttl);
+        let (a, b) = (group.track(), group.track());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(group.renewed(Instant::now(), ttl));
+        assert_eq!(a.deadline(), b.deadline());
+        assert_eq!(a.deadline(), Instant::now() + Duration::from_secs(9));
+        b.mark_lost("key deleted");
+        assert!(a.is_live() && !b.is_live(), "one grant's loss is its own");
+        group.lose("session expired");
+        assert!(
+            !a.is_live() && !group.track().is_live(),
+            "the lease's loss is everyone's"
+        );
     }
 
     #[tokio::test]

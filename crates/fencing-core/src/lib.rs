@@ -45,7 +45,7 @@ mod token;
 pub use error::{BoxError, Error, Result};
 pub use gate::{check_token, FileGate, Gate, MemoryGate};
 pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
-pub use lease::{drift_margin, local_deadline, LeaseTracker};
+pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN};
 pub use source::{

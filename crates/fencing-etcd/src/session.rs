@@ -2,11 +2,11 @@
 //! grant taken through it. Lock keys are attached to the lease, so when the
 //! lease ends every grant of the session ends with it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use fencing_core::{Error, LeaseTracker, Result};
+use fencing_core::{Error, LeaseGroup, LeaseTracker, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -15,18 +15,9 @@ use crate::conn::Conn;
 pub(crate) struct Session {
     pub(crate) lease_id: i64,
     pub(crate) ttl: Duration,
-    state: Arc<State>,
+    /// Shared with the keep-alive loop, which renews and loses it.
+    group: Arc<LeaseGroup>,
     keeper: JoinHandle<()>,
-}
-
-/// What the keep-alive loop shares with the grants.
-struct State {
-    /// The lease itself: lost when etcd says TTL 0 or the deadline passes.
-    lease: LeaseTracker,
-    /// One tracker per live grant, renewed together with the lease.
-    grants: Mutex<Vec<LeaseTracker>>,
-    /// Send time of the last confirmed renewal: new grants start from it.
-    renewed_at: Mutex<Instant>,
 }
 
 impl Session {
@@ -46,12 +37,8 @@ impl Session {
             .take_header()
             .ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
         let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
-        let state = Arc::new(State {
-            lease: LeaseTracker::new(sent, ttl),
-            grants: Mutex::new(Vec::new()),
-            renewed_at: Mutex::new(sent),
-        });
-        let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, state.clone()));
+        let group = Arc::new(LeaseGroup::new(sent, ttl));
+        let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, group.clone()));
         tracing::debug!(
             lease = format_args!("{:x}", resp.id()),
             ?ttl,
@@ -61,7 +48,7 @@ impl Session {
             Session {
                 lease_id: resp.id(),
                 ttl,
-                state,
+                group,
                 keeper,
             },
             header,
@@ -69,29 +56,23 @@ impl Session {
     }
 
     pub(crate) fn is_live(&self) -> bool {
-        self.state.lease.is_live()
+        self.group.lease().is_live()
     }
 
     /// Resolves when the session's lease is or may be gone.
     pub(crate) async fn lost(&self) -> String {
-        self.state.lease.lost().await
+        self.group.lease().lost().await
     }
 
     /// A tracker for a new grant on this session, renewed with it.
     pub(crate) fn track_grant(&self) -> LeaseTracker {
-        let sent = *lock(&self.state.renewed_at);
-        let tracker = LeaseTracker::new(sent, self.ttl);
-        if !self.state.lease.is_live() {
-            tracker.mark_lost("etcd session lost");
-        }
-        lock(&self.state.grants).push(tracker.clone());
-        tracker
+        self.group.track()
     }
 
     /// Ends the lease at the server at once (every key on it is deleted).
     pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
         self.keeper.abort();
-        self.state.lose("session closed");
+        self.group.lose("session closed");
         conn.call("lease revoke", |mut c| {
             let id = self.lease_id;
             async move { c.lease_revoke(id).await }
@@ -107,39 +88,16 @@ impl Drop for Session {
     }
 }
 
-impl State {
-    fn renewed(&self, sent: Instant, ttl: Duration) -> bool {
-        if !self.lease.renewed(sent, ttl) {
-            self.lose("etcd lease deadline passed before a renewal was confirmed");
-            return false;
-        }
-        *lock(&self.renewed_at) = sent;
-        let mut grants = lock(&self.grants);
-        grants.retain(|g| g.is_live());
-        for g in grants.iter() {
-            g.renewed(sent, ttl);
-        }
-        true
-    }
-
-    fn lose(&self, reason: &str) {
-        self.lease.mark_lost(reason);
-        for g in lock(&self.grants).drain(..) {
-            g.mark_lost(reason);
-        }
-    }
-}
-
 /// Renews every TTL/3. A reply with TTL 0 ends the session; a broken stream
 /// is reopened on the next round, and if that keeps failing the local
 /// deadline ends it.
-async fn keep_alive(conn: Conn, id: i64, ttl: Duration, state: Arc<State>) {
+async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) {
     let period = ttl / 3;
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     loop {
         tokio::select! {
-            _ = state.lease.lost() => {
-                state.lose("etcd lease deadline passed without a confirmed renewal");
+            _ = group.lease().lost() => {
+                group.lose("etcd lease deadline passed without a confirmed renewal");
                 return;
             }
             _ = tokio::time::sleep(period) => {}
@@ -152,12 +110,12 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, state: Arc<State>) {
         .await
         {
             Ok(Ok(granted)) if granted > 0 => {
-                if !state.renewed(sent, Duration::from_secs(granted as u64)) {
+                if !group.renewed(sent, Duration::from_secs(granted as u64)) {
                     return;
                 }
             }
             Ok(Ok(_)) | Ok(Err(Renewal::Expired)) => {
-                state.lose("etcd lease expired (keep-alive answered TTL 0)");
+                group.lose("etcd lease expired (keep-alive answered TTL 0)");
                 return;
             }
             Ok(Err(Renewal::Failed(e))) => {
@@ -215,8 +173,4 @@ async fn renew_once(
         ))),
         Err(e) => Err(Renewal::Failed(e)),
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
