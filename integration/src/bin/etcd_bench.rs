@@ -117,7 +117,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
         // neither always runs on a cluster the other has just warmed up.
         let go_prefix = format!("/bench-go-{round}/{RESOURCE}");
         let rust_prefix = format!("/bench-rust-{round}");
-        for go_turn in if round % 2 == 1 { [true, false] } else { [false, true] } {
+        for go_turn in if round % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        } {
             if go_turn {
                 let run = go_bench(&go, &endpoints, &go_prefix, &args).await?;
                 print_run("go", round, &run);

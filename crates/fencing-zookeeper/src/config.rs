@@ -1,0 +1,213 @@
+//! Connection settings and the `zk://` URL form.
+
+use std::time::Duration;
+
+use fencing_core::{Error, Result};
+
+/// Default session timeout asked of the ensemble (it may negotiate another
+/// within its min/max bounds; the negotiated one is what counts).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default limit for one request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to reach a ZooKeeper ensemble and where the locks live.
+///
+/// The source identity is `zk:` + [`ensemble`](Self::ensemble). Tokens
+/// (czxids) are only comparable within one ensemble, so give every ensemble
+/// a distinct name and use the same name in every client of it; the default
+/// is the sorted host list, which is stable only as long as the host list is.
+///
+/// ```
+/// use fencing_zookeeper::ZkConfig;
+///
+/// let cfg = ZkConfig::from_url("zk://zk1:2181,zk2:2181/app/locks?session_timeout=6&ensemble=prod")?;
+/// assert_eq!(cfg.hosts, ["zk1:2181", "zk2:2181"]);
+/// assert_eq!(cfg.path, "/app/locks");
+/// assert_eq!(cfg.ensemble, "prod");
+/// # Ok::<(), fencing_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ZkConfig {
+    /// `host:port` of each server.
+    pub hosts: Vec<String>,
+    /// Absolute path under which every lock lives (`PATH/RESOURCE/_c_...`).
+    pub path: String,
+    /// Name of the ensemble: the source identity.
+    pub ensemble: String,
+    /// Session timeout to ask for.
+    pub session_timeout: Duration,
+    /// Limit for each request and for connecting.
+    pub request_timeout: Duration,
+    /// Digest credentials (`user`, `password`). With them, lock nodes and
+    /// their parents get creator-only ACLs, so clients with other
+    /// credentials cannot delete a holder's node.
+    pub digest: Option<(String, String)>,
+}
+
+impl ZkConfig {
+    /// Settings with defaults for the given hosts and lock path.
+    pub fn new(hosts: impl IntoIterator<Item = impl Into<String>>, path: impl Into<String>) -> Result<Self> {
+        let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
+        let mut sorted = hosts.clone();
+        sorted.sort();
+        let cfg = ZkConfig {
+            ensemble: sorted.join(","),
+            hosts,
+            path: path.into(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            digest: None,
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Names the ensemble (the source identity).
+    #[must_use]
+    pub fn ensemble(mut self, name: impl Into<String>) -> Self {
+        self.ensemble = name.into();
+        self
+    }
+
+    /// Sets the session timeout to ask for.
+    #[must_use]
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Sets the per-request limit.
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Authenticates with the `digest` scheme.
+    #[must_use]
+    pub fn digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.digest = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Parses `zk://host:port[,host:port...]/path[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = |why: &str| Error::Config(format!("ZooKeeper URL {url:?}: {why}"));
+        let rest = url.strip_prefix("zk://").ok_or_else(|| bad("must start with zk://"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let slash = rest.find('/').ok_or_else(|| bad("missing /path after the hosts"))?;
+        let (hosts, path) = rest.split_at(slash);
+        let mut cfg = ZkConfig::new(hosts.split(','), path).map_err(|e| bad(&e.to_string()))?;
+        let (mut user, mut password) = (None, None);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+            let secs = || seconds(v).ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")));
+            match k {
+                "session_timeout" => cfg.session_timeout = secs()?,
+                "timeout" => cfg.request_timeout = secs()?,
+                "ensemble" if !v.is_empty() => cfg.ensemble = v.to_owned(),
+                "user" => user = Some(v.to_owned()),
+                "password" => password = Some(v.to_owned()),
+                other => return Err(bad(&format!("unknown or empty parameter {other:?}"))),
+            }
+        }
+        match (user, password) {
+            (Some(u), Some(p)) => cfg.digest = Some((u, p)),
+            (None, None) => {}
+            _ => return Err(bad("user= and password= go together")),
+        }
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.hosts.is_empty() || self.hosts.iter().any(|h| !valid_host(h)) {
+            return Err(Error::Config(format!("ZooKeeper hosts {:?} must each be host:port", self.hosts)));
+        }
+        check_path(&self.path)
+    }
+}
+
+/// A lock path must be absolute, must not end with '/', and every segment
+/// must be a usable znode name.
+pub(crate) fn check_path(path: &str) -> Result<()> {
+    let bad = |why: &str| Error::Config(format!("ZooKeeper path {path:?} {why}"));
+    if !path.starts_with('/') {
+        return Err(bad("is not absolute"));
+    }
+    if path.len() > 1 && path.ends_with('/') {
+        return Err(bad("ends with '/'"));
+    }
+    if path == "/" {
+        return Err(bad("is the root; give locks a path of their own"));
+    }
+    for segment in path[1..].split('/') {
+        check_segment(segment).map_err(|why| bad(&why))?;
+    }
+    Ok(())
+}
+
+/// Why a znode name is unusable, if it is.
+pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), String> {
+    if segment.is_empty() {
+        return Err("has an empty segment".into());
+    }
+    if segment == "." || segment == ".." {
+        return Err(format!("has a {segment:?} segment"));
+    }
+    if segment.contains('/') {
+        return Err("has a '/' inside a name".into());
+    }
+    if segment.chars().any(|c| c == '\0' || c.is_control()) {
+        return Err("contains a control character".into());
+    }
+    Ok(())
+}
+
+fn valid_host(h: &str) -> bool {
+    match h.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+fn seconds(v: &str) -> Option<Duration> {
+    let secs: f64 = v.parse().ok()?;
+    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hosts_path_and_options() {
+        let c = ZkConfig::from_url("zk://b:2,a:1/x/y?session_timeout=4&timeout=2&user=u&password=p").unwrap();
+        assert_eq!(c.hosts, ["b:2", "a:1"]);
+        assert_eq!(c.ensemble, "a:1,b:2");
+        assert_eq!(c.path, "/x/y");
+        assert_eq!(c.session_timeout, Duration::from_secs(4));
+        assert_eq!(c.digest, Some(("u".into(), "p".into())));
+    }
+
+    #[test]
+    fn refuses_bad_paths_and_urls() {
+        for bad in [
+            "zk://a:1",
+            "zk://a:1/",
+            "zk://a:1/x/",
+            "zk://a:1//x",
+            "zk://a:1/x/./y",
+            "zk://a:1/x/../y",
+            "zk://a/x",
+            "zk://a:1/x?session_timeout=0",
+            "zk://a:1/x?user=u",
+            "zk://a:1/x?what=1",
+            "etcd://a:1/x",
+        ] {
+            assert!(matches!(ZkConfig::from_url(bad), Err(Error::Config(_))), "{bad:?}");
+        }
+        assert!(ZkConfig::new(["a:1"], "relative").is_err());
+    }
+}

@@ -1,0 +1,112 @@
+//! ZkGate: high-water marks kept in znodes, advanced with a versioned
+//! setData.
+
+use async_trait::async_trait;
+use fencing_core::{check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+use zookeeper_client::{Acls, CreateMode};
+
+use crate::config::check_path;
+use crate::lock::check_resource;
+use crate::session::Zk;
+
+/// How often a raise is retried when other writers move the mark meanwhile.
+const MAX_RACES: usize = 32;
+
+/// A [`Gate`] whose marks live at `PATH/RESOURCE` (decimal text), shared by
+/// every storage node of the ensemble and kept across restarts. A raise is
+/// a `setData` with the version that was read (or a create when absent), so
+/// concurrent raises never lower a mark.
+///
+/// Get one from [`ZkSource::gate`](crate::ZkSource::gate); prefer
+/// [`admit_grant`](Self::admit_grant), which also refuses grants minted by
+/// another ensemble.
+#[derive(Clone)]
+pub struct ZkGate {
+    zk: Zk,
+    source: SourceId,
+    path: String,
+    acls: Acls<'static>,
+}
+
+impl ZkGate {
+    pub(crate) fn new(zk: Zk, source: SourceId, path: String, acls: Acls<'static>) -> Result<Self> {
+        check_path(&path)?;
+        Ok(ZkGate { zk, source, path, acls })
+    }
+
+    /// Admits the grant's token after checking that this ensemble minted it.
+    pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
+        ensure_same_source(&self.source, grant)?;
+        self.admit(grant.resource(), grant.token()).await
+    }
+
+    fn node(&self, resource: &ResourceName) -> Result<String> {
+        check_resource(resource)?;
+        Ok(format!("{}/{}", self.path, resource))
+    }
+
+    /// The mark and the node's data version; `None` when absent.
+    async fn read(&self, node: &str) -> Result<Option<(FencingToken, i32)>> {
+        let found = self
+            .zk
+            .read("gate read", |c| {
+                let node = node.to_owned();
+                async move {
+                    match c.get_data(&node).await {
+                        Err(zookeeper_client::Error::NoNode) => Ok(None),
+                        other => other.map(Some),
+                    }
+                }
+            })
+            .await?;
+        let Some((bytes, stat)) = found else { return Ok(None) };
+        let mark = std::str::from_utf8(&bytes)
+            .unwrap_or("")
+            .parse::<FencingToken>()
+            .map_err(|e| Error::backend(format!("ZooKeeper gate node {node:?} holds no token"), e))?;
+        Ok(Some((mark, stat.version)))
+    }
+
+    /// One raise attempt: false when someone else changed the node first.
+    async fn try_raise(&self, node: &str, token: FencingToken, version: Option<i32>) -> Result<bool> {
+        let data = token.to_string();
+        let client = &self.zk.client;
+        let outcome = match version {
+            Some(v) => client.set_data(node, data.as_bytes(), Some(v)).await.map(drop),
+            None => match client.create(node, data.as_bytes(), &CreateMode::Persistent.with_acls(self.acls)).await {
+                Err(zookeeper_client::Error::NoNode) => {
+                    let parents = CreateMode::Persistent.with_acls(self.acls);
+                    self.zk.write("create gate path", client.mkdir(&self.path, &parents)).await?;
+                    return Ok(false);
+                }
+                other => other.map(drop),
+            },
+        };
+        match outcome {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => Ok(false),
+            Err(e) => Err(self.zk.error("gate write", e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Gate for ZkGate {
+    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+        let node = self.node(resource)?;
+        for _ in 0..MAX_RACES {
+            let current = self.read(&node).await?;
+            if !check_token(current.map(|(mark, _)| mark), token)? {
+                return Ok(());
+            }
+            if self.try_raise(&node, token, current.map(|(_, v)| v)).await? {
+                return Ok(());
+            }
+        }
+        Err(Error::backend("ZooKeeper gate", format!("mark of {node:?} kept moving for {MAX_RACES} tries")))
+    }
+
+    async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        Ok(self.read(&self.node(resource)?).await?.map(|(mark, _)| mark))
+    }
+}

@@ -1,0 +1,239 @@
+//! The lock protocol of Curator's `InterProcessMutex`, so Java and Rust
+//! processes can share a lock:
+//!
+//! - my node is `LOCK/_c_<uuid>-lock-<10-digit sequence>`, ephemeral and
+//!   sequential; missing parents are created as container nodes;
+//! - nodes sort by what follows the last `lock-`; the lowest holds the lock;
+//! - a waiter watches only its predecessor (no herd);
+//! - if the connection drops while creating, the `_c_<uuid>` prefix finds
+//!   the node we may have created ("protection mode"), so none is orphaned.
+//!
+//! The fencing token is my node's czxid: the zxid of the transaction that
+//! created it, `epoch << 32 | counter`, which only grows, also across leader
+//! elections. Not the sequence suffix: that restarts when the parent is
+//! deleted and recreated.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fencing_core::{Error, FencingToken, LeaseTracker, ResourceName, Result};
+use tokio::time::Instant;
+use zookeeper_client::{Acls, CreateMode};
+
+use crate::config::check_segment;
+use crate::session::Zk;
+
+const LOCK_NAME: &str = "lock-";
+
+/// A resource is one znode name under the lock path.
+pub(crate) fn check_resource(resource: &ResourceName) -> Result<()> {
+    check_segment(resource.as_str())
+        .map_err(|why| Error::invalid_resource(resource.as_str(), format!("not a usable znode name: it {why}")))
+}
+
+pub(crate) fn lock_dir(path: &str, resource: &ResourceName) -> String {
+    format!("{path}/{resource}")
+}
+
+/// Curator's sort key: the text after the last `lock-`.
+fn sort_key(name: &str) -> &str {
+    name.rfind(LOCK_NAME).map_or(name, |i| &name[i + LOCK_NAME.len()..])
+}
+
+/// The children of a lock in lock order (none when the lock node is gone).
+async fn contenders(zk: &Zk, dir: &str) -> Result<Vec<String>> {
+    let mut children = zk
+        .read("list lock", |c| {
+            let dir = dir.to_owned();
+            async move {
+                match c.list_children(&dir).await {
+                    Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                    other => other,
+                }
+            }
+        })
+        .await?;
+    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+    Ok(children)
+}
+
+/// My node once created.
+pub(crate) struct MyNode {
+    pub(crate) path: String,
+    pub(crate) token: FencingToken,
+}
+
+/// Creates my node, with protection mode on a lost connection.
+pub(crate) async fn create_node(zk: &Zk, dir: &str, holder: &str, acls: Acls<'static>) -> Result<MyNode> {
+    let protect = format!("_c_{}-", uuid::Uuid::new_v4());
+    let prefix = format!("{dir}/{protect}{LOCK_NAME}");
+    let options = CreateMode::EphemeralSequential.with_acls(acls);
+    for _ in 0..MAX_CREATE_TRIES {
+        match zk.client.create(&prefix, holder.as_bytes(), &options).await {
+            Ok((stat, seq)) => return node(format!("{prefix}{seq}"), stat.czxid),
+            Err(zookeeper_client::Error::NoNode) => {
+                let parents = CreateMode::Container.with_acls(acls);
+                zk.write("create lock parents", zk.client.mkdir(dir, &parents)).await?;
+            }
+            Err(zookeeper_client::Error::ConnectionLoss) => {
+                if let Some(found) = find_protected(zk, dir, &protect).await? {
+                    return Ok(found);
+                }
+            }
+            Err(e) => return Err(zk.error("create lock node", e)),
+        }
+    }
+    Err(Error::backend("ZooKeeper create lock node", "gave up after repeated connection loss"))
+}
+
+const MAX_CREATE_TRIES: usize = 10;
+
+fn node(path: String, czxid: i64) -> Result<MyNode> {
+    Ok(MyNode { path, token: FencingToken::try_from(czxid)? })
+}
+
+/// After a lost connection: did our create go through?
+async fn find_protected(zk: &Zk, dir: &str, protect: &str) -> Result<Option<MyNode>> {
+    let Some(name) = contenders(zk, dir).await?.into_iter().find(|c| c.starts_with(protect)) else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{name}");
+    match stat(zk, &path).await? {
+        Some(czxid) => node(path, czxid).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A node's czxid, if it exists.
+pub(crate) async fn stat(zk: &Zk, path: &str) -> Result<Option<i64>> {
+    let stat = zk
+        .read("stat", |c| {
+            let path = path.to_owned();
+            async move { c.check_stat(&path).await }
+        })
+        .await?;
+    Ok(stat.map(|s| s.czxid))
+}
+
+/// Waits until my node is the lowest, watching only my predecessor.
+pub(crate) async fn wait_until_first(zk: &Zk, dir: &str, mine: &MyNode, wakeups: &AtomicU64) -> Result<()> {
+    let my_name = mine.path.rsplit('/').next().unwrap_or_default();
+    loop {
+        let children = contenders(zk, dir).await?;
+        let Some(index) = children.iter().position(|c| c == my_name) else {
+            return Err(Error::lost(dir, "lock node vanished while waiting (session expired or node deleted)"));
+        };
+        if index == 0 {
+            return Ok(());
+        }
+        let pred = format!("{dir}/{}", children[index - 1]);
+        let (exists, watcher) = zk
+            .read("watch predecessor", |c| {
+                let pred = pred.clone();
+                async move { c.check_and_watch_stat(&pred).await }
+            })
+            .await?;
+        if exists.is_some() {
+            watcher.changed().await;
+            wakeups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// True when my node is the lowest now.
+pub(crate) async fn is_first(zk: &Zk, dir: &str, mine: &MyNode) -> Result<bool> {
+    let my_name = mine.path.rsplit('/').next().unwrap_or_default();
+    Ok(contenders(zk, dir).await?.first().is_some_and(|c| c == my_name))
+}
+
+/// Watches my node and reports its deletion (by anyone) as loss.
+pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, lease: LeaseTracker) {
+    loop {
+        let watched = zk
+            .read("watch own node", |c| {
+                let path = path.clone();
+                async move { c.check_and_watch_stat(&path).await }
+            })
+            .await;
+        match watched {
+            Ok((Some(stat), watcher)) if stat.czxid as u64 == token.get() => {
+                tokio::select! {
+                    _ = lease.lost() => return,
+                    _ = watcher.changed() => {}
+                }
+            }
+            Ok(_) => {
+                lease.mark_lost("lock node deleted in ZooKeeper");
+                return;
+            }
+            // Disconnected: the session heartbeat decides; look again soon.
+            Err(_) => {
+                tokio::select! {
+                    _ = lease.lost() => return,
+                    _ = tokio::time::sleep_until(Instant::now() + std::time::Duration::from_millis(200)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The current holder: the lowest node's data (or name) and czxid.
+pub(crate) async fn owner(zk: &Zk, dir: &str) -> Result<Option<(String, FencingToken)>> {
+    for name in contenders(zk, dir).await? {
+        let path = format!("{dir}/{name}");
+        let data = zk
+            .read("get holder", |c| {
+                let path = path.clone();
+                async move {
+                    match c.get_data(&path).await {
+                        Ok(d) => Ok(Some(d)),
+                        Err(zookeeper_client::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        // A node deleted between the list and the read: the next one holds.
+        if let Some((bytes, stat)) = data {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let holder = if text.is_empty() { name } else { text };
+            return Ok(Some((holder, FencingToken::try_from(stat.czxid)?)));
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes my node; already gone is fine.
+pub(crate) async fn delete(zk: &Zk, path: &str) -> Result<()> {
+    let deleting = async {
+        match zk.client.delete(path, None).await {
+            Err(zookeeper_client::Error::NoNode) => Ok(()),
+            other => other,
+        }
+    };
+    zk.write("delete lock node", deleting).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorts_like_curator() {
+        let mut names = vec![
+            "_c_b-lock-0000000010".to_owned(),
+            "_c_a-lock-0000000002".to_owned(),
+            "_c_c-lock-0000000001".to_owned(),
+        ];
+        names.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+        assert_eq!(names[0], "_c_c-lock-0000000001");
+        assert_eq!(names[2], "_c_b-lock-0000000010");
+    }
+
+    #[test]
+    fn resource_names_must_be_one_znode() {
+        for bad in ["a/b", ".", ".."] {
+            assert!(check_resource(&ResourceName::new(bad).unwrap()).is_err(), "{bad}");
+        }
+        assert!(check_resource(&ResourceName::new("orders").unwrap()).is_ok());
+    }
+}

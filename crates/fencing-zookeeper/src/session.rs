@@ -1,0 +1,167 @@
+//! A ZooKeeper session and our own heartbeat on it.
+//!
+//! Ephemeral lock nodes live as long as the session. Expiry is terminal:
+//! every grant of the session is lost. While disconnected the session may
+//! still live on the server, so a grant counts as lost only once the
+//! negotiated timeout could have passed there: our heartbeat renews the
+//! shared lease from the *send* time of each answered request, and the
+//! local deadline fires when the answers stop.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{Error, LeaseGroup, LeaseTracker, Result};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use zookeeper_client::{Client, SessionState};
+
+use crate::config::ZkConfig;
+
+/// A client handle with the settings every call needs.
+#[derive(Clone)]
+pub(crate) struct Zk {
+    pub(crate) client: Client,
+    hosts: String,
+    timeout: Duration,
+}
+
+impl Zk {
+    /// Runs a read, retrying a lost connection until the request timeout.
+    pub(crate) async fn read<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
+                Ok(Err(zookeeper_client::Error::ConnectionLoss)) if Instant::now() + RETRY_PAUSE < deadline => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Ok(r) => return r.map_err(|e| self.error(what, e)),
+                Err(_) => return Err(self.timed_out(what)),
+            }
+        }
+    }
+
+    /// Runs a write once under the request timeout (a blind retry of a
+    /// write could apply it twice).
+    pub(crate) async fn write<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(r) => r.map_err(|e| self.error(what, e)),
+            Err(_) => Err(self.timed_out(what)),
+        }
+    }
+
+    pub(crate) fn error(&self, what: &str, e: zookeeper_client::Error) -> Error {
+        use zookeeper_client::Error as Z;
+        let context = format!("ZooKeeper {what} on [{}]", self.hosts);
+        match e {
+            Z::NoAuth | Z::AuthFailed => Error::PermissionDenied(format!("{context}: {e}")),
+            Z::Timeout => self.timed_out(what),
+            other => Error::backend(context, other),
+        }
+    }
+
+    fn timed_out(&self, what: &str) -> Error {
+        Error::Timeout { operation: format!("ZooKeeper {what} on [{}]", self.hosts), after: self.timeout }
+    }
+}
+
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// One session: the client, the lease its grants share, the heartbeat.
+pub(crate) struct Session {
+    pub(crate) zk: Zk,
+    /// The session timeout the ensemble granted.
+    pub(crate) timeout: Duration,
+    group: Arc<LeaseGroup>,
+    heartbeat: JoinHandle<()>,
+}
+
+impl Session {
+    pub(crate) async fn connect(cfg: &ZkConfig) -> Result<Session> {
+        let hosts = cfg.hosts.join(",");
+        let sent = Instant::now();
+        let mut connector = Client::connector()
+            .with_session_timeout(cfg.session_timeout)
+            .with_connection_timeout(cfg.request_timeout);
+        if let Some((user, password)) = &cfg.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let client = match tokio::time::timeout(cfg.request_timeout, connector.connect(&hosts)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
+            Err(_) => {
+                return Err(Error::Timeout { operation: format!("ZooKeeper connect to [{hosts}]"), after: cfg.request_timeout })
+            }
+        };
+        let timeout = client.session_timeout();
+        let group = Arc::new(LeaseGroup::new(sent, timeout));
+        let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
+        tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
+        let zk = Zk { client, hosts, timeout: cfg.request_timeout };
+        Ok(Session { zk, timeout, group, heartbeat })
+    }
+
+    pub(crate) fn is_live(&self) -> bool {
+        self.group.lease().is_live()
+    }
+
+    pub(crate) async fn lost(&self) -> String {
+        self.group.lease().lost().await
+    }
+
+    pub(crate) fn track_grant(&self) -> LeaseTracker {
+        self.group.track()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+fn connect_error(hosts: &str, limit: Duration, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as Z;
+    match e {
+        Z::AuthFailed | Z::NoAuth => Error::PermissionDenied(format!("ZooKeeper connect to [{hosts}]: {e}")),
+        Z::Timeout | Z::NoHosts => Error::Timeout { operation: format!("ZooKeeper connect to [{hosts}]"), after: limit },
+        other => Error::backend(format!("ZooKeeper connect to [{hosts}]"), other),
+    }
+}
+
+/// Every timeout/3 one cheap read; each answer renews the shared lease from
+/// its send time. A terminal session state loses everything at once.
+async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
+    let period = timeout / 3;
+    let mut states = client.state_watcher();
+    loop {
+        tokio::select! {
+            _ = group.lease().lost() => {
+                group.lose("ZooKeeper session may have expired: no answer within the session timeout");
+                return;
+            }
+            state = states.changed() => {
+                if matches!(state, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
+                    group.lose(&format!("ZooKeeper session {state:?}"));
+                    return;
+                }
+            }
+            _ = tokio::time::sleep(period) => {
+                let sent = Instant::now();
+                if let Ok(Ok(_)) = tokio::time::timeout(period, client.check_stat("/")).await {
+                    if !group.renewed(sent, timeout) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

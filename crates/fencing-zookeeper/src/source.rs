@@ -1,0 +1,284 @@
+//! ZkSource: the FencingSource over a ZooKeeper ensemble.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencing_core::{
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error, FencingSource, Grant,
+    GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
+};
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::task::JoinHandle;
+use zookeeper_client::{Acls, MultiWriteError, MultiWriteResult, MultiWriter};
+
+use crate::config::ZkConfig;
+use crate::gate::ZkGate;
+use crate::lock::{self, MyNode};
+use crate::session::{Session, Zk};
+
+/// A [`FencingSource`] backed by a ZooKeeper ensemble (3.5 or newer; tested
+/// on 3.8 and 3.9).
+///
+/// Locks use the node layout of Curator's `InterProcessMutex`, so Java and
+/// Rust processes can contend on the same lock; the fencing token is the
+/// czxid of the holder's node. One session per lease length serves every
+/// grant of this source; the acquire option `ttl` is the session timeout to
+/// ask for (the ensemble may negotiate another, which then counts).
+///
+/// ```no_run
+/// # async fn demo() -> fencing_core::Result<()> {
+/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing_zookeeper::ZkSource;
+///
+/// let source = ZkSource::from_url("zk://127.0.0.1:2181/app/locks?ensemble=prod").await?;
+/// let grant = source.acquire(&ResourceName::new("ledger")?, &AcquireOptions::new()).await?;
+/// println!("token {}", grant.token()); // the node's czxid
+/// grant.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ZkSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: ZkConfig,
+    identity: SourceId,
+    holder: String,
+    sessions: AsyncMutex<HashMap<Duration, Arc<Session>>>,
+    wakeups: AtomicU64,
+}
+
+impl std::fmt::Debug for ZkSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkSource")
+            .field("hosts", &self.inner.cfg.hosts)
+            .field("path", &self.inner.cfg.path)
+            .field("identity", &self.inner.identity)
+            .finish()
+    }
+}
+
+impl ZkSource {
+    /// Connects (one session with the configured timeout). An unreachable
+    /// ensemble gives [`Error::Timeout`] naming the hosts; bad credentials
+    /// give [`Error::PermissionDenied`].
+    pub async fn connect(cfg: ZkConfig) -> Result<Self> {
+        let source = ZkSource {
+            inner: Arc::new(Inner {
+                identity: SourceId::new(format!("zk:{}", cfg.ensemble)),
+                holder: default_holder_identity(),
+                sessions: AsyncMutex::new(HashMap::new()),
+                wakeups: AtomicU64::new(0),
+                cfg,
+            }),
+        };
+        source.session(source.inner.cfg.session_timeout).await?;
+        Ok(source)
+    }
+
+    /// Parses a `zk://` URL (see [`ZkConfig::from_url`]) and connects.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        Self::connect(ZkConfig::from_url(url)?).await
+    }
+
+    /// How many times a waiter of this source was woken by a change of its
+    /// predecessor. With N waiters each hand-over wakes one of them.
+    #[must_use]
+    pub fn waiter_wakeups(&self) -> u64 {
+        self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// The client of the default session, for the application's own data.
+    pub async fn client(&self) -> Result<zookeeper_client::Client> {
+        Ok(self.session(self.inner.cfg.session_timeout).await?.zk.client.clone())
+    }
+
+    /// A gate whose high-water marks live in znodes under `path`.
+    pub async fn gate(&self, path: impl Into<String>) -> Result<ZkGate> {
+        let session = self.session(self.inner.cfg.session_timeout).await?;
+        ZkGate::new(session.zk.clone(), self.inner.identity.clone(), path.into(), self.acls())
+    }
+
+    /// Commits the operations `build` adds, in one multi that first checks
+    /// that `grant`'s node still exists: the strongest gate for data kept in
+    /// ZooKeeper. A superseded grant gets [`Error::Lost`] and is marked lost.
+    pub async fn guarded_multi(
+        &self,
+        grant: &Grant,
+        build: impl FnOnce(&mut MultiWriter<'_>) -> std::result::Result<(), zookeeper_client::Error>,
+    ) -> Result<Vec<MultiWriteResult>> {
+        ensure_same_source(&self.inner.identity, grant)?;
+        let session = self.session(grant.ttl()).await?;
+        let zk = &session.zk;
+        let mut writer = zk.client.new_multi_writer();
+        // The node's data never changes, so its version stays 0.
+        let built = writer.add_check_version(grant.key(), 0).and_then(|()| build(&mut writer));
+        built.map_err(|e| zk.error("guarded multi", e))?;
+        // Wrapped in Ok so that only the timeout is mapped here: a failed
+        // check (operation 0) is loss, not a backend error.
+        match zk.write("guarded multi", async { Ok(writer.commit().await) }).await? {
+            Ok(results) => Ok(results),
+            Err(MultiWriteError::OperationFailed { index: 0, .. }) => {
+                grant.lease().mark_lost("lock node gone at guarded write");
+                Err(Error::lost(grant.resource().as_str(), "lock node no longer exists"))
+            }
+            Err(e) => Err(zk.error("guarded multi", e.into())),
+        }
+    }
+
+    fn acls(&self) -> Acls<'static> {
+        if self.inner.cfg.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        }
+    }
+
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
+        let mut sessions = self.inner.sessions.lock().await;
+        if let Some(s) = sessions.get(&ttl).filter(|s| s.is_live()) {
+            return Ok(s.clone());
+        }
+        let session = Arc::new(Session::connect(&self.inner.cfg.clone().session_timeout(ttl)).await?);
+        sessions.insert(ttl, session.clone());
+        Ok(session)
+    }
+
+    /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
+    async fn take(&self, resource: &ResourceName, opts: &AcquireOptions, wait: bool) -> Result<Option<Grant>> {
+        lock::check_resource(resource)?;
+        let session = self.session(opts.ttl.unwrap_or(self.inner.cfg.session_timeout)).await?;
+        let holder = opts.holder.clone().unwrap_or_else(|| self.inner.holder.clone());
+        let dir = lock::lock_dir(&self.inner.cfg.path, resource);
+        let zk = &session.zk;
+        let node = lock::create_node(zk, &dir, &holder, self.acls()).await?;
+        let pending = PendingNode { zk: zk.clone(), path: Some(node.path.clone()) };
+        if wait {
+            tokio::select! {
+                r = lock::wait_until_first(zk, &dir, &node, &self.inner.wakeups) => r?,
+                why = session.lost() => return Err(Error::lost(resource.as_str(), format!("ZooKeeper session lost while waiting: {why}"))),
+            }
+        } else if !lock::is_first(zk, &dir, &node).await? {
+            pending.delete_now().await?;
+            return Ok(None);
+        }
+        pending.disarm();
+        Ok(Some(self.grant(resource, holder, node, session)))
+    }
+
+    fn grant(&self, resource: &ResourceName, holder: String, node: MyNode, session: Arc<Session>) -> Grant {
+        let tracker = session.track_grant();
+        let watcher = tokio::spawn(lock::watch_own_node(session.zk.clone(), node.path.clone(), node.token, tracker.clone()));
+        let info = GrantInfo {
+            token: node.token,
+            resource: resource.clone(),
+            holder,
+            source: self.inner.identity.clone(),
+            key: node.path.clone(),
+            ttl: session.timeout,
+        };
+        tracing::debug!(%resource, token = %node.token, "ZooKeeper grant");
+        Grant::new(info, tracker, Box::new(ZkGrant { path: node.path, watcher, session }))
+    }
+}
+
+/// My node between creation and the grant: deleted if the acquire is
+/// dropped or fails, so it does not block the lock until the session ends.
+struct PendingNode {
+    zk: Zk,
+    path: Option<String>,
+}
+
+impl PendingNode {
+    async fn delete_now(mut self) -> Result<()> {
+        match self.path.take() {
+            Some(p) => lock::delete(&self.zk, &p).await,
+            None => Ok(()),
+        }
+    }
+
+    fn disarm(mut self) {
+        self.path = None;
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        let Some(path) = self.path.take() else { return };
+        let zk = self.zk.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = lock::delete(&zk, &path).await {
+                    tracing::warn!(%path, error = %e, "could not delete the node of an abandoned acquire");
+                }
+            });
+        }
+    }
+}
+
+struct ZkGrant {
+    path: String,
+    watcher: JoinHandle<()>,
+    session: Arc<Session>,
+}
+
+impl Drop for ZkGrant {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+#[async_trait]
+impl GrantBackend for ZkGrant {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.watcher.abort();
+        lock::delete(&self.session.zk, &self.path).await
+    }
+}
+
+#[async_trait]
+impl FencingSource for ZkSource {
+    fn identity(&self) -> &SourceId {
+        &self.inner.identity
+    }
+
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        let operation = || format!("acquire {resource:?} on ZooKeeper [{}]", self.inner.cfg.hosts.join(","));
+        let grant = with_timeout(options.timeout, operation, self.take(resource, options, true)).await?;
+        grant.ok_or_else(|| Error::backend("ZooKeeper acquire", "gave up without waiting"))
+    }
+
+    async fn try_acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Option<Grant>> {
+        self.take(resource, options, false).await
+    }
+
+    async fn validate(&self, grant: &Grant) -> Result<bool> {
+        ensure_same_source(&self.inner.identity, grant)?;
+        let session = self.session(self.inner.cfg.session_timeout).await?;
+        let zk = &session.zk;
+        // sync first: the server we read from must have seen the latest writes.
+        let dir = lock::lock_dir(&self.inner.cfg.path, grant.resource());
+        zk.read("sync", |c| {
+            let dir = dir.clone();
+            async move {
+                match c.sync(&dir).await {
+                    Err(zookeeper_client::Error::NoNode) => Ok(()),
+                    other => other,
+                }
+            }
+        })
+        .await?;
+        Ok(lock::stat(zk, grant.key()).await?.is_some_and(|czxid| czxid as u64 == grant.token().get()))
+    }
+
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
+        lock::check_resource(resource)?;
+        let session = self.session(self.inner.cfg.session_timeout).await?;
+        let dir = lock::lock_dir(&self.inner.cfg.path, resource);
+        Ok(lock::owner(&session.zk, &dir).await?.map(|(holder, token)| HolderInfo { holder, token }))
+    }
+}
