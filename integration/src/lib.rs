@@ -6,6 +6,7 @@
 pub mod etcd_cluster;
 pub mod etcd_fixture;
 pub mod proxy;
+pub mod zk_ensemble;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
