@@ -1,8 +1,8 @@
 //! Tests of the real-ensemble harness itself, on ZooKeeper 3.8.0 and 3.9.5:
 //! a 3-server ensemble elects exactly one leader and answers `srvr` on
-//! every server, survives a killed leader, a restart of every server and a
-//! paused follower; a single server runs standalone; a proxy partitions a
-//! client; a panicking test leaves no JVM behind.
+//! every server, survives a killed leader, a restart of every server, a
+//! paused follower and a paused leader; a single server runs standalone; a
+//! proxy partitions a client; a panicking test leaves no JVM behind.
 //!
 //! The jars come from `scripts/install/zookeeper.sh`; without them these
 //! tests fail with a message saying to run `scripts/test.sh`.
@@ -181,6 +181,31 @@ async fn paused_follower_does_not_stop_the_ensemble(version: ZkVersion) {
     assert_eq!(ensemble.mode(follower).await.unwrap(), ZkMode::Follower);
 }
 
+async fn paused_leader_is_replaced_and_steps_down(version: ZkVersion) {
+    let ensemble = start(version, 3).await;
+    let old = ensemble.leader().await.unwrap();
+    let t = Instant::now();
+    ensemble.pause(old);
+    // The followers stop hearing from it after syncLimit (2 s) and elect
+    // one of themselves.
+    let new = ensemble.leader().await.unwrap();
+    eprintln!(
+        "{version}: leader {old} paused, server {new} leads after {:?}",
+        t.elapsed()
+    );
+    assert_ne!(new, old, "a stopped server cannot lead");
+
+    let t = Instant::now();
+    ensemble.resume(old);
+    ensemble.wait_healthy().await.unwrap();
+    eprintln!(
+        "{version}: old leader {old} resumed, ensemble healthy after {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ensemble.mode(old).await.unwrap(), ZkMode::Follower);
+    assert_eq!(ensemble.leader().await.unwrap(), new);
+}
+
 async fn a_single_server_runs_standalone(version: ZkVersion) {
     let ensemble = start(version, 1).await;
     assert_eq!(ensemble.server_count(), 1);
@@ -285,6 +310,7 @@ on_both_versions!(
     killed_leader_is_replaced_and_rejoins,
     restart_all_regains_a_quorum,
     paused_follower_does_not_stop_the_ensemble,
+    paused_leader_is_replaced_and_steps_down,
     a_single_server_runs_standalone,
     proxy_blackhole_partitions_a_client,
     a_panicking_test_leaves_no_server_behind,
