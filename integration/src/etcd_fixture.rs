@@ -79,6 +79,11 @@ impl EtcdFixture {
 pub struct Partition(Arc<Vec<Proxy>>);
 
 impl Partition {
+    /// Owns the proxies of one client.
+    pub fn new(proxies: Vec<Proxy>) -> Self {
+        Partition(Arc::new(proxies))
+    }
+
     /// Cuts (or restores) the client's network.
     pub fn set(&self, cut: bool) {
         for p in self.0.iter() {

@@ -5,8 +5,10 @@
 
 pub mod etcd_cluster;
 pub mod etcd_fixture;
+pub mod frozen;
 pub mod proxy;
 pub mod zk_ensemble;
+pub mod zk_fixture;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
@@ -115,19 +117,35 @@ impl Drop for Reaped {
     }
 }
 
+/// One module of tests: each `scenario` becomes a test calling
+/// `super::scenario(version)`. Used by the `on_both_*_versions` macros.
+#[macro_export]
+macro_rules! version_tests {
+    ($version:expr, $module:ident, [$($scenario:ident),*]) => {
+        mod $module { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario($version).await }
+        )* }
+    };
+}
+
 /// Expands each `async fn scenario(version: EtcdVersion)` of the calling
 /// test file into one test per etcd release: `v3_4::scenario` and
 /// `v3_6::scenario`.
 #[macro_export]
 macro_rules! on_both_etcd_versions {
     ($($scenario:ident),* $(,)?) => {
-        mod v3_4 { $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario($crate::etcd_cluster::EtcdVersion::V3_4).await }
-        )* }
-        mod v3_6 { $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario($crate::etcd_cluster::EtcdVersion::V3_6).await }
-        )* }
+        $crate::version_tests!($crate::etcd_cluster::EtcdVersion::V3_4, v3_4, [$($scenario),*]);
+        $crate::version_tests!($crate::etcd_cluster::EtcdVersion::V3_6, v3_6, [$($scenario),*]);
+    };
+}
+
+/// The same for `async fn scenario(version: ZkVersion)`: `v3_8::scenario`
+/// and `v3_9::scenario`.
+#[macro_export]
+macro_rules! on_both_zk_versions {
+    ($($scenario:ident),* $(,)?) => {
+        $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_8, v3_8, [$($scenario),*]);
+        $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_9, v3_9, [$($scenario),*]);
     };
 }

@@ -2,16 +2,13 @@
 //! leader loss, full restarts, a holder process frozen past its TTL, a key
 //! deleted behind the holder's back, 64 waiters on one lock.
 
-use std::process::Command;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, Error, FencingSource, FencingToken, FileGate, Gate, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, Gate, ResourceName};
 use fencing_etcd::EtcdConfig;
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
-use fencing_integration::Reaped;
 use fencing_testkit::History;
-use rustix::process::Signal;
 
 fn r(name: &str) -> ResourceName {
     ResourceName::new(name).unwrap()
@@ -98,68 +95,18 @@ async fn all_members_restarted(version: EtcdVersion) {
 }
 
 /// The reference's pause with real processes: a holder frozen past its TTL
-/// writes after a second holder did, and both the EtcdGate and a FileGate
-/// refuse it while the newer holder's retry passes.
+/// writes after a second holder did; EtcdGate and a FileGate refuse it.
 async fn frozen_holder_process_is_fenced(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
-    let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
     let url = format!(
         "etcd://{}{}?ttl=2",
         f.cluster.endpoints().join(","),
         f.prefix
     );
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_etcd-holder"));
-    cmd.args([url.as_str(), "frozen", "/fencing-test-gate"])
-        .arg(&go);
-    let holder = Reaped::spawn(&mut cmd).unwrap();
-    let line = |p: &Reaped| p.next_line(Duration::from_secs(20)).expect("holder output");
-    let t1: FencingToken = line(&holder)
-        .strip_prefix("GRANTED ")
-        .expect("GRANTED line")
-        .parse()
-        .unwrap();
-    assert_eq!(line(&holder), format!("WROTE {t1}"));
-    assert_eq!(line(&holder), "READY");
-
-    let file_gate = FileGate::open(dir.path().join("file.gate")).unwrap();
-    let history = History::new();
-    let lock = r("frozen");
-    history.granted(0, t1).await;
-    history.write(&file_gate, &lock, 0, t1).await.unwrap();
-
-    holder.signal(Signal::STOP);
     let b = f.source().await;
-    let gb = b
-        .acquire(&lock, &opts(Duration::from_secs(2)))
-        .await
-        .unwrap();
-    history.released(0, t1).await;
-    history.granted(1, gb.token()).await;
-    let etcd_gate = b.gate("/fencing-test-gate").unwrap();
-    etcd_gate.admit_grant(&gb).await.unwrap();
-    history
-        .write(&file_gate, &lock, 1, gb.token())
-        .await
-        .unwrap();
-
-    holder.signal(Signal::CONT);
-    std::fs::write(&go, b"go").unwrap();
-    assert_eq!(
-        line(&holder),
-        format!("REJECTED {t1} {}", gb.token()),
-        "EtcdGate let the stale write in"
-    );
-    match history.write(&file_gate, &lock, 0, t1).await {
-        Err(Error::Stale { .. }) => {}
-        other => panic!("FileGate accepted the stale write: {other:?}"),
-    }
-    etcd_gate
-        .admit_grant(&gb)
-        .await
-        .expect("retry with the current token");
-    history.check().await.unwrap();
-    gb.release().await.unwrap();
+    let gate = b.gate("/fencing-test-gate").unwrap();
+    let holder = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
+    fencing_integration::frozen::frozen_holder_is_fenced(holder, &url, &b, &gate).await;
 }
 
 /// A lock key deleted by someone else: the grant is lost at once.

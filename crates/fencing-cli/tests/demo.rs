@@ -131,10 +131,10 @@ fn assert_usage_error(args: &[&str], expect: &str) {
 }
 
 #[test]
-fn zookeeper_source_is_refused_because_the_backend_is_not_built() {
+fn kubernetes_source_is_refused_because_the_backend_is_not_built() {
     assert_usage_error(
-        &["demo", "--source", "zk://127.0.0.1:2181/locks"],
-        "this build has no ZooKeeper backend",
+        &["demo", "--source", "kube://default"],
+        "this build has no Kubernetes backend",
     );
 }
 

@@ -48,7 +48,10 @@ pub struct ZkConfig {
 
 impl ZkConfig {
     /// Settings with defaults for the given hosts and lock path.
-    pub fn new(hosts: impl IntoIterator<Item = impl Into<String>>, path: impl Into<String>) -> Result<Self> {
+    pub fn new(
+        hosts: impl IntoIterator<Item = impl Into<String>>,
+        path: impl Into<String>,
+    ) -> Result<Self> {
         let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
         let mut sorted = hosts.clone();
         sorted.sort();
@@ -95,15 +98,23 @@ impl ZkConfig {
     /// Parses `zk://host:port[,host:port...]/path[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |why: &str| Error::Config(format!("ZooKeeper URL {url:?}: {why}"));
-        let rest = url.strip_prefix("zk://").ok_or_else(|| bad("must start with zk://"))?;
+        let rest = url
+            .strip_prefix("zk://")
+            .ok_or_else(|| bad("must start with zk://"))?;
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let slash = rest.find('/').ok_or_else(|| bad("missing /path after the hosts"))?;
+        let slash = rest
+            .find('/')
+            .ok_or_else(|| bad("missing /path after the hosts"))?;
         let (hosts, path) = rest.split_at(slash);
         let mut cfg = ZkConfig::new(hosts.split(','), path).map_err(|e| bad(&e.to_string()))?;
         let (mut user, mut password) = (None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
-            let secs = || seconds(v).ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")));
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+            let secs = || {
+                seconds(v).ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
+            };
             match k {
                 "session_timeout" => cfg.session_timeout = secs()?,
                 "timeout" => cfg.request_timeout = secs()?,
@@ -123,7 +134,10 @@ impl ZkConfig {
 
     fn check(&self) -> Result<()> {
         if self.hosts.is_empty() || self.hosts.iter().any(|h| !valid_host(h)) {
-            return Err(Error::Config(format!("ZooKeeper hosts {:?} must each be host:port", self.hosts)));
+            return Err(Error::Config(format!(
+                "ZooKeeper hosts {:?} must each be host:port",
+                self.hosts
+            )));
         }
         check_path(&self.path)
     }
@@ -183,7 +197,9 @@ mod tests {
 
     #[test]
     fn parses_hosts_path_and_options() {
-        let c = ZkConfig::from_url("zk://b:2,a:1/x/y?session_timeout=4&timeout=2&user=u&password=p").unwrap();
+        let c =
+            ZkConfig::from_url("zk://b:2,a:1/x/y?session_timeout=4&timeout=2&user=u&password=p")
+                .unwrap();
         assert_eq!(c.hosts, ["b:2", "a:1"]);
         assert_eq!(c.ensemble, "a:1,b:2");
         assert_eq!(c.path, "/x/y");
@@ -206,7 +222,10 @@ mod tests {
             "zk://a:1/x?what=1",
             "etcd://a:1/x",
         ] {
-            assert!(matches!(ZkConfig::from_url(bad), Err(Error::Config(_))), "{bad:?}");
+            assert!(
+                matches!(ZkConfig::from_url(bad), Err(Error::Config(_))),
+                "{bad:?}"
+            );
         }
         assert!(ZkConfig::new(["a:1"], "relative").is_err());
     }

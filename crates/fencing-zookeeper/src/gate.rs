@@ -2,7 +2,10 @@
 //! setData.
 
 use async_trait::async_trait;
-use fencing_core::{check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+use fencing_core::{
+    check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result,
+    SourceId,
+};
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::check_path;
@@ -31,7 +34,12 @@ pub struct ZkGate {
 impl ZkGate {
     pub(crate) fn new(zk: Zk, source: SourceId, path: String, acls: Acls<'static>) -> Result<Self> {
         check_path(&path)?;
-        Ok(ZkGate { zk, source, path, acls })
+        Ok(ZkGate {
+            zk,
+            source,
+            path,
+            acls,
+        })
     }
 
     /// Admits the grant's token after checking that this ensemble minted it.
@@ -59,24 +67,45 @@ impl ZkGate {
                 }
             })
             .await?;
-        let Some((bytes, stat)) = found else { return Ok(None) };
+        let Some((bytes, stat)) = found else {
+            return Ok(None);
+        };
         let mark = std::str::from_utf8(&bytes)
             .unwrap_or("")
             .parse::<FencingToken>()
-            .map_err(|e| Error::backend(format!("ZooKeeper gate node {node:?} holds no token"), e))?;
+            .map_err(|e| {
+                Error::backend(format!("ZooKeeper gate node {node:?} holds no token"), e)
+            })?;
         Ok(Some((mark, stat.version)))
     }
 
     /// One raise attempt: false when someone else changed the node first.
-    async fn try_raise(&self, node: &str, token: FencingToken, version: Option<i32>) -> Result<bool> {
+    async fn try_raise(
+        &self,
+        node: &str,
+        token: FencingToken,
+        version: Option<i32>,
+    ) -> Result<bool> {
         let data = token.to_string();
         let client = &self.zk.client;
         let outcome = match version {
-            Some(v) => client.set_data(node, data.as_bytes(), Some(v)).await.map(drop),
-            None => match client.create(node, data.as_bytes(), &CreateMode::Persistent.with_acls(self.acls)).await {
+            Some(v) => client
+                .set_data(node, data.as_bytes(), Some(v))
+                .await
+                .map(drop),
+            None => match client
+                .create(
+                    node,
+                    data.as_bytes(),
+                    &CreateMode::Persistent.with_acls(self.acls),
+                )
+                .await
+            {
                 Err(zookeeper_client::Error::NoNode) => {
                     let parents = CreateMode::Persistent.with_acls(self.acls);
-                    self.zk.write("create gate path", client.mkdir(&self.path, &parents)).await?;
+                    self.zk
+                        .write("create gate path", client.mkdir(&self.path, &parents))
+                        .await?;
                     return Ok(false);
                 }
                 other => other.map(drop),
@@ -84,7 +113,9 @@ impl ZkGate {
         };
         match outcome {
             Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => Ok(false),
+            Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => {
+                Ok(false)
+            }
             Err(e) => Err(self.zk.error("gate write", e)),
         }
     }
@@ -99,14 +130,23 @@ impl Gate for ZkGate {
             if !check_token(current.map(|(mark, _)| mark), token)? {
                 return Ok(());
             }
-            if self.try_raise(&node, token, current.map(|(_, v)| v)).await? {
+            if self
+                .try_raise(&node, token, current.map(|(_, v)| v))
+                .await?
+            {
                 return Ok(());
             }
         }
-        Err(Error::backend("ZooKeeper gate", format!("mark of {node:?} kept moving for {MAX_RACES} tries")))
+        Err(Error::backend(
+            "ZooKeeper gate",
+            format!("mark of {node:?} kept moving for {MAX_RACES} tries"),
+        ))
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        Ok(self.read(&self.node(resource)?).await?.map(|(mark, _)| mark))
+        Ok(self
+            .read(&self.node(resource)?)
+            .await?
+            .map(|(mark, _)| mark))
     }
 }

@@ -26,8 +26,12 @@ const LOCK_NAME: &str = "lock-";
 
 /// A resource is one znode name under the lock path.
 pub(crate) fn check_resource(resource: &ResourceName) -> Result<()> {
-    check_segment(resource.as_str())
-        .map_err(|why| Error::invalid_resource(resource.as_str(), format!("not a usable znode name: it {why}")))
+    check_segment(resource.as_str()).map_err(|why| {
+        Error::invalid_resource(
+            resource.as_str(),
+            format!("not a usable znode name: it {why}"),
+        )
+    })
 }
 
 pub(crate) fn lock_dir(path: &str, resource: &ResourceName) -> String {
@@ -36,7 +40,8 @@ pub(crate) fn lock_dir(path: &str, resource: &ResourceName) -> String {
 
 /// Curator's sort key: the text after the last `lock-`.
 fn sort_key(name: &str) -> &str {
-    name.rfind(LOCK_NAME).map_or(name, |i| &name[i + LOCK_NAME.len()..])
+    name.rfind(LOCK_NAME)
+        .map_or(name, |i| &name[i + LOCK_NAME.len()..])
 }
 
 /// The children of a lock in lock order (none when the lock node is gone).
@@ -63,7 +68,12 @@ pub(crate) struct MyNode {
 }
 
 /// Creates my node, with protection mode on a lost connection.
-pub(crate) async fn create_node(zk: &Zk, dir: &str, holder: &str, acls: Acls<'static>) -> Result<MyNode> {
+pub(crate) async fn create_node(
+    zk: &Zk,
+    dir: &str,
+    holder: &str,
+    acls: Acls<'static>,
+) -> Result<MyNode> {
     let protect = format!("_c_{}-", uuid::Uuid::new_v4());
     let prefix = format!("{dir}/{protect}{LOCK_NAME}");
     let options = CreateMode::EphemeralSequential.with_acls(acls);
@@ -72,7 +82,8 @@ pub(crate) async fn create_node(zk: &Zk, dir: &str, holder: &str, acls: Acls<'st
             Ok((stat, seq)) => return node(format!("{prefix}{seq}"), stat.czxid),
             Err(zookeeper_client::Error::NoNode) => {
                 let parents = CreateMode::Container.with_acls(acls);
-                zk.write("create lock parents", zk.client.mkdir(dir, &parents)).await?;
+                zk.write("create lock parents", zk.client.mkdir(dir, &parents))
+                    .await?;
             }
             Err(zookeeper_client::Error::ConnectionLoss) => {
                 if let Some(found) = find_protected(zk, dir, &protect).await? {
@@ -82,18 +93,28 @@ pub(crate) async fn create_node(zk: &Zk, dir: &str, holder: &str, acls: Acls<'st
             Err(e) => return Err(zk.error("create lock node", e)),
         }
     }
-    Err(Error::backend("ZooKeeper create lock node", "gave up after repeated connection loss"))
+    Err(Error::backend(
+        "ZooKeeper create lock node",
+        "gave up after repeated connection loss",
+    ))
 }
 
 const MAX_CREATE_TRIES: usize = 10;
 
 fn node(path: String, czxid: i64) -> Result<MyNode> {
-    Ok(MyNode { path, token: FencingToken::try_from(czxid)? })
+    Ok(MyNode {
+        path,
+        token: FencingToken::try_from(czxid)?,
+    })
 }
 
 /// After a lost connection: did our create go through?
 async fn find_protected(zk: &Zk, dir: &str, protect: &str) -> Result<Option<MyNode>> {
-    let Some(name) = contenders(zk, dir).await?.into_iter().find(|c| c.starts_with(protect)) else {
+    let Some(name) = contenders(zk, dir)
+        .await?
+        .into_iter()
+        .find(|c| c.starts_with(protect))
+    else {
         return Ok(None);
     };
     let path = format!("{dir}/{name}");
@@ -115,12 +136,20 @@ pub(crate) async fn stat(zk: &Zk, path: &str) -> Result<Option<i64>> {
 }
 
 /// Waits until my node is the lowest, watching only my predecessor.
-pub(crate) async fn wait_until_first(zk: &Zk, dir: &str, mine: &MyNode, wakeups: &AtomicU64) -> Result<()> {
+pub(crate) async fn wait_until_first(
+    zk: &Zk,
+    dir: &str,
+    mine: &MyNode,
+    wakeups: &AtomicU64,
+) -> Result<()> {
     let my_name = mine.path.rsplit('/').next().unwrap_or_default();
     loop {
         let children = contenders(zk, dir).await?;
         let Some(index) = children.iter().position(|c| c == my_name) else {
-            return Err(Error::lost(dir, "lock node vanished while waiting (session expired or node deleted)"));
+            return Err(Error::lost(
+                dir,
+                "lock node vanished while waiting (session expired or node deleted)",
+            ));
         };
         if index == 0 {
             return Ok(());
@@ -142,7 +171,10 @@ pub(crate) async fn wait_until_first(zk: &Zk, dir: &str, mine: &MyNode, wakeups:
 /// True when my node is the lowest now.
 pub(crate) async fn is_first(zk: &Zk, dir: &str, mine: &MyNode) -> Result<bool> {
     let my_name = mine.path.rsplit('/').next().unwrap_or_default();
-    Ok(contenders(zk, dir).await?.first().is_some_and(|c| c == my_name))
+    Ok(contenders(zk, dir)
+        .await?
+        .first()
+        .is_some_and(|c| c == my_name))
 }
 
 /// Watches my node and reports its deletion (by anyone) as loss.
@@ -219,7 +251,7 @@ mod tests {
 
     #[test]
     fn sorts_like_curator() {
-        let mut names = vec![
+        let mut names = [
             "_c_b-lock-0000000010".to_owned(),
             "_c_a-lock-0000000002".to_owned(),
             "_c_c-lock-0000000001".to_owned(),
@@ -232,7 +264,10 @@ mod tests {
     #[test]
     fn resource_names_must_be_one_znode() {
         for bad in ["a/b", ".", ".."] {
-            assert!(check_resource(&ResourceName::new(bad).unwrap()).is_err(), "{bad}");
+            assert!(
+                check_resource(&ResourceName::new(bad).unwrap()).is_err(),
+                "{bad}"
+            );
         }
         assert!(check_resource(&ResourceName::new("orders").unwrap()).is_ok());
     }

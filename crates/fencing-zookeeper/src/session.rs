@@ -36,7 +36,9 @@ impl Zk {
         let deadline = Instant::now() + self.timeout;
         loop {
             match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
-                Ok(Err(zookeeper_client::Error::ConnectionLoss)) if Instant::now() + RETRY_PAUSE < deadline => {
+                Ok(Err(e))
+                    if is_connection_error(&e) && Instant::now() + RETRY_PAUSE < deadline =>
+                {
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
                 Ok(r) => return r.map_err(|e| self.error(what, e)),
@@ -69,11 +71,25 @@ impl Zk {
     }
 
     fn timed_out(&self, what: &str) -> Error {
-        Error::Timeout { operation: format!("ZooKeeper {what} on [{}]", self.hosts), after: self.timeout }
+        Error::Timeout {
+            operation: format!("ZooKeeper {what} on [{}]", self.hosts),
+            after: self.timeout,
+        }
     }
 }
 
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The connection broke under the request (the client reconnects on its
+/// own); the session, and so the request's meaning, may well be intact.
+fn is_connection_error(e: &zookeeper_client::Error) -> bool {
+    match e {
+        zookeeper_client::Error::ConnectionLoss => true,
+        // How the client reports a connection it gave up on for silence.
+        zookeeper_client::Error::Custom(_) => e.to_string().contains("connection"),
+        _ => false,
+    }
+}
 
 /// One session: the client, the lease its grants share, the heartbeat.
 pub(crate) struct Session {
@@ -94,19 +110,32 @@ impl Session {
         if let Some((user, password)) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let client = match tokio::time::timeout(cfg.request_timeout, connector.connect(&hosts)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
-            Err(_) => {
-                return Err(Error::Timeout { operation: format!("ZooKeeper connect to [{hosts}]"), after: cfg.request_timeout })
-            }
-        };
+        let client =
+            match tokio::time::timeout(cfg.request_timeout, connector.connect(&hosts)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        operation: format!("ZooKeeper connect to [{hosts}]"),
+                        after: cfg.request_timeout,
+                    })
+                }
+            };
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, timeout));
         let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
         tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
-        let zk = Zk { client, hosts, timeout: cfg.request_timeout };
-        Ok(Session { zk, timeout, group, heartbeat })
+        let zk = Zk {
+            client,
+            hosts,
+            timeout: cfg.request_timeout,
+        };
+        Ok(Session {
+            zk,
+            timeout,
+            group,
+            heartbeat,
+        })
     }
 
     pub(crate) fn is_live(&self) -> bool {
@@ -131,8 +160,13 @@ impl Drop for Session {
 fn connect_error(hosts: &str, limit: Duration, e: zookeeper_client::Error) -> Error {
     use zookeeper_client::Error as Z;
     match e {
-        Z::AuthFailed | Z::NoAuth => Error::PermissionDenied(format!("ZooKeeper connect to [{hosts}]: {e}")),
-        Z::Timeout | Z::NoHosts => Error::Timeout { operation: format!("ZooKeeper connect to [{hosts}]"), after: limit },
+        Z::AuthFailed | Z::NoAuth => {
+            Error::PermissionDenied(format!("ZooKeeper connect to [{hosts}]: {e}"))
+        }
+        Z::Timeout | Z::NoHosts => Error::Timeout {
+            operation: format!("ZooKeeper connect to [{hosts}]"),
+            after: limit,
+        },
         other => Error::backend(format!("ZooKeeper connect to [{hosts}]"), other),
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error, FencingSource, Grant,
-    GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
+    FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -94,13 +94,23 @@ impl ZkSource {
 
     /// The client of the default session, for the application's own data.
     pub async fn client(&self) -> Result<zookeeper_client::Client> {
-        Ok(self.session(self.inner.cfg.session_timeout).await?.zk.client.clone())
+        Ok(self
+            .session(self.inner.cfg.session_timeout)
+            .await?
+            .zk
+            .client
+            .clone())
     }
 
     /// A gate whose high-water marks live in znodes under `path`.
     pub async fn gate(&self, path: impl Into<String>) -> Result<ZkGate> {
         let session = self.session(self.inner.cfg.session_timeout).await?;
-        ZkGate::new(session.zk.clone(), self.inner.identity.clone(), path.into(), self.acls())
+        ZkGate::new(
+            session.zk.clone(),
+            self.inner.identity.clone(),
+            path.into(),
+            self.acls(),
+        )
     }
 
     /// Commits the operations `build` adds, in one multi that first checks
@@ -116,15 +126,23 @@ impl ZkSource {
         let zk = &session.zk;
         let mut writer = zk.client.new_multi_writer();
         // The node's data never changes, so its version stays 0.
-        let built = writer.add_check_version(grant.key(), 0).and_then(|()| build(&mut writer));
+        let built = writer
+            .add_check_version(grant.key(), 0)
+            .and_then(|()| build(&mut writer));
         built.map_err(|e| zk.error("guarded multi", e))?;
         // Wrapped in Ok so that only the timeout is mapped here: a failed
         // check (operation 0) is loss, not a backend error.
-        match zk.write("guarded multi", async { Ok(writer.commit().await) }).await? {
+        match zk
+            .write("guarded multi", async { Ok(writer.commit().await) })
+            .await?
+        {
             Ok(results) => Ok(results),
             Err(MultiWriteError::OperationFailed { index: 0, .. }) => {
                 grant.lease().mark_lost("lock node gone at guarded write");
-                Err(Error::lost(grant.resource().as_str(), "lock node no longer exists"))
+                Err(Error::lost(
+                    grant.resource().as_str(),
+                    "lock node no longer exists",
+                ))
             }
             Err(e) => Err(zk.error("guarded multi", e.into())),
         }
@@ -143,20 +161,34 @@ impl ZkSource {
         if let Some(s) = sessions.get(&ttl).filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
-        let session = Arc::new(Session::connect(&self.inner.cfg.clone().session_timeout(ttl)).await?);
+        let session =
+            Arc::new(Session::connect(&self.inner.cfg.clone().session_timeout(ttl)).await?);
         sessions.insert(ttl, session.clone());
         Ok(session)
     }
 
     /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
-    async fn take(&self, resource: &ResourceName, opts: &AcquireOptions, wait: bool) -> Result<Option<Grant>> {
+    async fn take(
+        &self,
+        resource: &ResourceName,
+        opts: &AcquireOptions,
+        wait: bool,
+    ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
-        let session = self.session(opts.ttl.unwrap_or(self.inner.cfg.session_timeout)).await?;
-        let holder = opts.holder.clone().unwrap_or_else(|| self.inner.holder.clone());
+        let session = self
+            .session(opts.ttl.unwrap_or(self.inner.cfg.session_timeout))
+            .await?;
+        let holder = opts
+            .holder
+            .clone()
+            .unwrap_or_else(|| self.inner.holder.clone());
         let dir = lock::lock_dir(&self.inner.cfg.path, resource);
         let zk = &session.zk;
         let node = lock::create_node(zk, &dir, &holder, self.acls()).await?;
-        let pending = PendingNode { zk: zk.clone(), path: Some(node.path.clone()) };
+        let pending = PendingNode {
+            zk: zk.clone(),
+            path: Some(node.path.clone()),
+        };
         if wait {
             tokio::select! {
                 r = lock::wait_until_first(zk, &dir, &node, &self.inner.wakeups) => r?,
@@ -170,9 +202,20 @@ impl ZkSource {
         Ok(Some(self.grant(resource, holder, node, session)))
     }
 
-    fn grant(&self, resource: &ResourceName, holder: String, node: MyNode, session: Arc<Session>) -> Grant {
+    fn grant(
+        &self,
+        resource: &ResourceName,
+        holder: String,
+        node: MyNode,
+        session: Arc<Session>,
+    ) -> Grant {
         let tracker = session.track_grant();
-        let watcher = tokio::spawn(lock::watch_own_node(session.zk.clone(), node.path.clone(), node.token, tracker.clone()));
+        let watcher = tokio::spawn(lock::watch_own_node(
+            session.zk.clone(),
+            node.path.clone(),
+            node.token,
+            tracker.clone(),
+        ));
         let info = GrantInfo {
             token: node.token,
             resource: resource.clone(),
@@ -182,7 +225,15 @@ impl ZkSource {
             ttl: session.timeout,
         };
         tracing::debug!(%resource, token = %node.token, "ZooKeeper grant");
-        Grant::new(info, tracker, Box::new(ZkGrant { path: node.path, watcher, session }))
+        Grant::new(
+            info,
+            tracker,
+            Box::new(ZkGrant {
+                path: node.path,
+                watcher,
+                session,
+            }),
+        )
     }
 }
 
@@ -247,12 +298,26 @@ impl FencingSource for ZkSource {
     }
 
     async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let operation = || format!("acquire {resource:?} on ZooKeeper [{}]", self.inner.cfg.hosts.join(","));
-        let grant = with_timeout(options.timeout, operation, self.take(resource, options, true)).await?;
+        let operation = || {
+            format!(
+                "acquire {resource:?} on ZooKeeper [{}]",
+                self.inner.cfg.hosts.join(",")
+            )
+        };
+        let grant = with_timeout(
+            options.timeout,
+            operation,
+            self.take(resource, options, true),
+        )
+        .await?;
         grant.ok_or_else(|| Error::backend("ZooKeeper acquire", "gave up without waiting"))
     }
 
-    async fn try_acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Option<Grant>> {
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
         self.take(resource, options, false).await
     }
 
@@ -272,13 +337,17 @@ impl FencingSource for ZkSource {
             }
         })
         .await?;
-        Ok(lock::stat(zk, grant.key()).await?.is_some_and(|czxid| czxid as u64 == grant.token().get()))
+        Ok(lock::stat(zk, grant.key())
+            .await?
+            .is_some_and(|czxid| czxid as u64 == grant.token().get()))
     }
 
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
         lock::check_resource(resource)?;
         let session = self.session(self.inner.cfg.session_timeout).await?;
         let dir = lock::lock_dir(&self.inner.cfg.path, resource);
-        Ok(lock::owner(&session.zk, &dir).await?.map(|(holder, token)| HolderInfo { holder, token }))
+        Ok(lock::owner(&session.zk, &dir)
+            .await?
+            .map(|(holder, token)| HolderInfo { holder, token }))
     }
 }

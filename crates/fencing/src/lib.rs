@@ -22,7 +22,7 @@
 //! grant.release().await?;
 //!
 //! // Backends that are not built in are refused with a clear message.
-//! assert!(fencing::connect("zk://127.0.0.1:2181/locks").await.is_err());
+//! assert!(fencing::connect("kube://default").await.is_err());
 //! # Ok(()) }
 //! ```
 
@@ -41,6 +41,11 @@ pub use url::{SourceUrl, KNOWN_SCHEMES};
 #[cfg(feature = "etcd")]
 pub use fencing_etcd as etcd;
 
+/// The ZooKeeper backend ([`ZkSource`](fencing_zookeeper::ZkSource),
+/// [`ZkGate`](fencing_zookeeper::ZkGate)); feature `zookeeper`.
+#[cfg(feature = "zookeeper")]
+pub use fencing_zookeeper as zookeeper;
+
 /// Opens the fencing source a URL names.
 ///
 /// Supported:
@@ -54,9 +59,13 @@ pub use fencing_etcd as etcd;
 ///   and `etcds://...?ca=&cert=&key=&domain=` — an etcd cluster (feature
 ///   `etcd`; see `fencing_etcd::EtcdConfig::from_url`).
 ///
-/// The schemes `zk` and `kube` are recognised but their backends are not
-/// part of this build; they, unknown schemes and malformed URLs give
-/// [`Error::Config`] naming the problem.
+/// - `zk://HOST:PORT[,HOST:PORT...]/PATH[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`
+///   — a ZooKeeper ensemble (feature `zookeeper`; see
+///   `fencing_zookeeper::ZkConfig::from_url`).
+///
+/// The scheme `kube` is recognised but its backend is not part of this
+/// build; it, unknown schemes and malformed URLs give [`Error::Config`]
+/// naming the problem.
 ///
 /// Opening a local directory is blocking file I/O, so it runs on tokio's
 /// blocking pool; call this from inside a tokio runtime.
@@ -74,6 +83,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
         }
         #[cfg(feature = "etcd")]
         SourceUrl::Etcd(cfg) => Ok(Arc::new(fencing_etcd::EtcdSource::connect(cfg).await?)),
+        #[cfg(feature = "zookeeper")]
+        SourceUrl::Zk(cfg) => Ok(Arc::new(fencing_zookeeper::ZkSource::connect(cfg).await?)),
     }
 }
 
@@ -139,10 +150,12 @@ mod tests {
                 "{url}: {msg}"
             );
         }
-        for (url, scheme) in [
-            ("zk://zk1:2181/locks", "ZooKeeper"),
-            ("kube://default", "Kubernetes"),
-        ] {
+        #[cfg(not(feature = "zookeeper"))]
+        {
+            let msg = config_message(connect("zk://zk1:2181/locks").await);
+            assert!(msg.contains("this build has no ZooKeeper"), "{msg}");
+        }
+        for (url, scheme) in [("kube://default", "Kubernetes")] {
             let msg = config_message(connect(url).await);
             assert!(
                 msg.contains("this build has no") && msg.contains(scheme),

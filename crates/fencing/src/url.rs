@@ -39,6 +39,10 @@ pub enum SourceUrl {
     /// [`fencing_etcd::EtcdConfig::from_url`].
     #[cfg(feature = "etcd")]
     Etcd(fencing_etcd::EtcdConfig),
+    /// `zk://HOSTS/PATH[?...]`, already checked by
+    /// [`fencing_zookeeper::ZkConfig::from_url`].
+    #[cfg(feature = "zookeeper")]
+    Zk(fencing_zookeeper::ZkConfig),
 }
 
 impl SourceUrl {
@@ -65,10 +69,13 @@ impl SourceUrl {
                 "etcd",
                 "feature `etcd` of the fencing crate",
             )),
+            #[cfg(feature = "zookeeper")]
+            "zk" => fencing_zookeeper::ZkConfig::from_url(url).map(SourceUrl::Zk),
+            #[cfg(not(feature = "zookeeper"))]
             "zk" => Err(missing_backend(
                 scheme,
                 "ZooKeeper",
-                "fencing-zookeeper crate, which has not landed",
+                "feature `zookeeper` of the fencing crate",
             )),
             "kube" => Err(missing_backend(
                 scheme,
@@ -221,6 +228,7 @@ mod tests {
             assert!(err("etcd://127.0.0.1:2379").contains("no etcd backend"));
             assert!(err("etcds://h:2379").contains("no etcd backend for etcds://"));
         }
+        #[cfg(not(feature = "zookeeper"))]
         assert!(err("zk://h:2181").contains("no ZooKeeper backend"));
         assert!(err("kube://ns").contains("no Kubernetes backend"));
     }

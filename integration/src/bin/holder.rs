@@ -1,0 +1,45 @@
+//! A lock holder in its own process, for the pause tests. It takes the lock
+//! and reports its first write, then waits until the file named by GO exists
+//! (the test freezes it with SIGSTOP meanwhile) and sends a second write
+//! with the same, by then stale, token. The writes go to the test, which
+//! plays the storage and runs the gates: the check lives where the data
+//! lives, not in the client.
+//!
+//! Usage: holder URL RESOURCE GO_FILE (any URL `fencing::connect` opens)
+//! Prints: GRANTED <token> / WRITE <token> / READY / WRITE <token>
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fencing::{AcquireOptions, ResourceName};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, resource, go] = args.as_slice() else {
+        return Err("usage: holder URL RESOURCE GO_FILE".into());
+    };
+    let source = fencing::connect(url).await?;
+    let resource = ResourceName::new(resource.as_str())?;
+    let grant = source
+        .acquire(
+            &resource,
+            &AcquireOptions::new().timeout(Duration::from_secs(20)),
+        )
+        .await?;
+    println!("GRANTED {}", grant.token());
+    println!("WRITE {}", grant.token());
+    println!("READY");
+    let go = PathBuf::from(go);
+    for _ in 0..1200 {
+        if go.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Deliberately no look at grant.is_live(): this is the paused client
+    // that still believes in its lease.
+    println!("WRITE {}", grant.token());
+    std::mem::forget(grant);
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! ZkSource clients on a real ensemble: direct, or through proxies that a
+//! test can blackhole; and the conformance-suite harness built on them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencing_testkit::{Client, Harness};
+use fencing_zookeeper::{ZkConfig, ZkSource};
+
+use crate::etcd_fixture::Partition;
+use crate::proxy::Proxy;
+use crate::zk_ensemble::{ZkEnsemble, ZkVersion};
+
+/// Session timeout the ZooKeeper tests ask for.
+pub const TEST_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A running 3-server ensemble and the settings of its clients.
+pub struct ZkFixture {
+    /// The ensemble (killed and removed on drop).
+    pub ensemble: ZkEnsemble,
+    /// The lock path the test's sources use.
+    pub path: String,
+    /// The ensemble name every client of this fixture shares (the source
+    /// identity must not depend on whether a client goes through proxies).
+    pub name: String,
+}
+
+impl ZkFixture {
+    /// Starts a 3-server ensemble of `version`.
+    pub async fn start(version: ZkVersion) -> ZkFixture {
+        Self::start_with(version, 3).await
+    }
+
+    /// Starts an ensemble of `servers` servers.
+    pub async fn start_with(version: ZkVersion, servers: usize) -> ZkFixture {
+        let ensemble = ZkEnsemble::start(version, servers)
+            .await
+            .unwrap_or_else(|e| panic!("start {version}: {e}"));
+        let name = format!("test-{}", ensemble.dir().display());
+        ZkFixture {
+            ensemble,
+            path: "/fencing-test/locks".into(),
+            name,
+        }
+    }
+
+    /// Settings for a client of `hosts`.
+    pub fn config(&self, hosts: Vec<String>) -> ZkConfig {
+        ZkConfig::new(hosts, self.path.clone())
+            .expect("valid config")
+            .ensemble(self.name.clone())
+            .session_timeout(TEST_SESSION_TIMEOUT)
+            .request_timeout(Duration::from_secs(3))
+    }
+
+    /// A client connected straight to every server.
+    pub async fn source(&self) -> ZkSource {
+        ZkSource::connect(self.config(self.ensemble.endpoints()))
+            .await
+            .expect("connect")
+    }
+
+    /// A client whose connections all go through proxies a test can blackhole.
+    pub async fn partitionable_source(&self) -> (ZkSource, Partition) {
+        let mut proxies = Vec::new();
+        for ep in self.ensemble.endpoints() {
+            proxies.push(
+                Proxy::start(ep.parse().expect("endpoint address"))
+                    .await
+                    .expect("proxy"),
+            );
+        }
+        let hosts = proxies.iter().map(Proxy::endpoint).collect();
+        let source = ZkSource::connect(self.config(hosts))
+            .await
+            .expect("connect via proxies");
+        (source, Partition::new(proxies))
+    }
+}
+
+#[async_trait]
+impl Harness for ZkFixture {
+    async fn client(&self) -> Client {
+        let (source, partition) = self.partitionable_source().await;
+        Client::new(Arc::new(source), partition)
+    }
+
+    fn ttl(&self) -> Duration {
+        TEST_SESSION_TIMEOUT
+    }
+}
