@@ -112,6 +112,13 @@ impl Grant {
         }
     }
 
+    /// Everything about the grant that can be copied: token, resource,
+    /// holder, source, key and TTL.
+    #[must_use]
+    pub fn info(&self) -> &GrantInfo {
+        &self.info
+    }
+
     /// The fencing token to carry on every protected write.
     #[must_use]
     pub fn token(&self) -> FencingToken {

@@ -34,6 +34,7 @@
 
 mod durable;
 mod error;
+mod fenced;
 mod gate;
 mod grant;
 mod lease;
@@ -43,6 +44,7 @@ mod source;
 mod token;
 
 pub use error::{BoxError, Error, Result};
+pub use fenced::fenced;
 pub use gate::{check_token, FileGate, Gate, MemoryGate};
 pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};

@@ -1,0 +1,149 @@
+//! Run work under a grant, and answer a rejection by starting over.
+
+use std::future::Future;
+
+use crate::error::{Error, Result};
+use crate::grant::GrantInfo;
+use crate::resource::ResourceName;
+use crate::source::{AcquireOptions, FencingSource};
+
+/// Runs `work` under a grant on `resource`: acquire, then read, compute and
+/// write inside `work`, carrying the grant's token on every write.
+///
+/// When `work` fails with [`Error::Stale`] or [`Error::Lost`] (a gate saw a
+/// newer token, or the grant ran out), the grant is released and everything
+/// starts over: a new grant, so `work` re-reads and redoes the write with
+/// the new token. After `attempts` tries the last rejection is returned;
+/// it is never swallowed. Other errors return at once.
+///
+/// `work` is cancelled (its future dropped) the moment the grant may be
+/// lost, so it cannot go on writing as a holder it no longer is.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+/// use fencing_core::{fenced, AcquireOptions, Gate, LocalSource, MemoryGate, ResourceName};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let source = LocalSource::open(dir.path())?;
+/// let gate = MemoryGate::new();
+/// let ledger = ResourceName::new("ledger")?;
+/// let written = fenced(&source, &ledger, &AcquireOptions::new(), 3, |grant| {
+///     let (gate, ledger) = (&gate, &ledger);
+///     async move {
+///         gate.admit(ledger, grant.token).await?; // the storage's check
+///         Ok(grant.token)
+///     }
+/// })
+/// .await?;
+/// assert_eq!(gate.high_water_now(&ledger), Some(written));
+/// # Ok(()) }
+/// ```
+pub async fn fenced<T, F, Fut>(
+    source: &dyn FencingSource,
+    resource: &ResourceName,
+    options: &AcquireOptions,
+    attempts: usize,
+    mut work: F,
+) -> Result<T>
+where
+    F: FnMut(GrantInfo) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut last_rejection = None;
+    for attempt in 1..=attempts.max(1) {
+        let grant = source.acquire(resource, options).await?;
+        let outcome = tokio::select! {
+            r = work(grant.info().clone()) => r,
+            why = grant.lost() => Err(Error::lost(resource.as_str(), why)),
+        };
+        match outcome {
+            Ok(value) => {
+                grant.release().await?;
+                return Ok(value);
+            }
+            Err(e) if e.needs_reacquire() => {
+                tracing::info!(%resource, attempt, error = %e, "fenced work rejected; re-acquiring");
+                if let Err(release) = grant.release().await {
+                    tracing::debug!(%resource, error = %release, "release after rejection failed");
+                }
+                last_rejection = Some(e);
+            }
+            Err(e) => {
+                let _ = grant.release().await;
+                return Err(e);
+            }
+        }
+    }
+    Err(last_rejection.unwrap_or_else(|| Error::lost(resource.as_str(), "no attempt was made")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{Gate, MemoryGate};
+    use crate::token::FencingToken;
+    use crate::LocalSource;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_rejection_is_redone_under_a_newer_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = LocalSource::open(dir.path()).unwrap();
+        let r = ResourceName::new("r").unwrap();
+        let gate = MemoryGate::new();
+        // Someone with a far newer token wrote first: the first two tries are
+        // refused, the third (with a token above it) passes.
+        let tries = AtomicUsize::new(0);
+        let result = fenced(&source, &r, &AcquireOptions::new(), 5, |g| {
+            let n = tries.fetch_add(1, Ordering::SeqCst);
+            let (gate, r) = (&gate, &r);
+            async move {
+                if n == 0 {
+                    gate.admit(r, FencingToken::new(g.token.get() + 1)).await?;
+                }
+                gate.admit(r, g.token).await.map(|()| g.token)
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(tries.load(Ordering::SeqCst), 2);
+        assert_eq!(gate.high_water_now(&r), Some(result));
+    }
+
+    #[tokio::test]
+    async fn the_last_rejection_is_returned_not_swallowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = LocalSource::open(dir.path()).unwrap();
+        let r = ResourceName::new("r").unwrap();
+        let gate = MemoryGate::new();
+        gate.admit_now(&r, FencingToken::new(u64::MAX)).unwrap();
+        let tries = AtomicUsize::new(0);
+        let err = fenced(&source, &r, &AcquireOptions::new(), 3, |g| {
+            tries.fetch_add(1, Ordering::SeqCst);
+            let (gate, r) = (&gate, &r);
+            async move { gate.admit(r, g.token).await }
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, Error::Stale { .. }), "{err:?}");
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+        // Every grant was released: the resource is free.
+        assert!(source.holder(&r).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn other_errors_return_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = LocalSource::open(dir.path()).unwrap();
+        let r = ResourceName::new("r").unwrap();
+        let tries = AtomicUsize::new(0);
+        let err = fenced(&source, &r, &AcquireOptions::new(), 3, |_| {
+            tries.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::Config("boom".into())) }
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(err, Error::Config(_)));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+    }
+}

@@ -1,0 +1,43 @@
+//! PostgreSQL gates for `fencing`: the check lives in the database that
+//! takes the writes, in the same transaction as the write.
+//!
+//! - [`FencedUpdate`]: a fence column on your own table; the write and the
+//!   check are one `UPDATE ... WHERE fence <= $token`, one round trip.
+//! - [`FenceTable`]: a table of marks advanced inside your transaction, for
+//!   writes that do not fit one UPDATE (several rows, inserts, other tables).
+//! - [`PgGate`]: a [`Gate`](fencing_core::Gate) kept in PostgreSQL, for
+//!   stores that check elsewhere and want durable marks.
+//!
+//! `tokio-postgres` is used directly: it is async, has no runtime of its own
+//! beyond tokio, keeps prepared statements explicit (one round trip per
+//! guarded write), and is what `sqlx` and `deadpool` users can reach through
+//! their connections too.
+
+#![warn(missing_docs)]
+
+mod column;
+mod gate;
+mod ident;
+mod table;
+
+pub use column::{FencedUpdate, PreparedUpdate};
+pub use gate::PgGate;
+pub use table::FenceTable;
+
+/// The client crate.
+pub use tokio_postgres;
+
+use fencing_core::Error;
+
+/// Maps a PostgreSQL error: missing privileges and failed logins become
+/// [`Error::PermissionDenied`], everything else [`Error::Backend`].
+#[must_use]
+pub fn pg_error(e: tokio_postgres::Error) -> Error {
+    use tokio_postgres::error::SqlState;
+    match e.code() {
+        Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE || c.code().starts_with("28") => {
+            Error::PermissionDenied(format!("PostgreSQL: {e}"))
+        }
+        _ => Error::backend("PostgreSQL", e),
+    }
+}
