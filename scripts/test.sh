@@ -24,4 +24,7 @@ echo "== fence demo (the README's main job)"
 cargo run --locked -q -p fencing-cli --bin fence -- demo
 
 echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"
-cargo run --locked -q --release -p fencing-integration --bin etcd-bench -- --iterations 40
+cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend etcd --iterations 40
+
+echo "== ZooKeeper benchmark: ZkSource vs Curator InterProcessMutex (figures, not a pass/fail check)"
+cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend zk --iterations 40
