@@ -25,7 +25,9 @@ const ECHO_LIMIT: usize = 64;
 /// `Ok(None)` when the request has no `Fencing-Token` header. A value that
 /// is not canonical decimal (see [`FencingToken`]'s `FromStr`), is not
 /// visible ASCII, or appears in more than one header line is an
-/// [`Error::InvalidToken`] whose message names the problem.
+/// [`Error::InvalidToken`] whose message names the problem. (HTTP parsers
+/// strip whitespace around a field value before it reaches a header map,
+/// so `Fencing-Token:  7 ` on the wire reads as `7`.)
 ///
 /// ```
 /// use fencing_core::FencingToken;
