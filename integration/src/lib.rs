@@ -6,6 +6,7 @@
 pub mod etcd_cluster;
 pub mod etcd_fixture;
 pub mod frozen;
+pub mod pg_server;
 pub mod proxy;
 pub mod zk_ensemble;
 pub mod zk_fixture;
