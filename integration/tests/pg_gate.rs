@@ -1,0 +1,170 @@
+//! The PostgreSQL gates on a real server: concurrent writers with
+//! interleaved tokens, retries, and marks that survive a restart and a crash.
+
+use std::sync::Arc;
+
+use fencing::{Error, FencingToken, Gate, ResourceName};
+use fencing_integration::pg_server::PgServer;
+use fencing_postgres::{FenceTable, FencedUpdate, PgGate};
+
+const WRITERS: u64 = 4;
+const WRITES: u64 = 25;
+
+fn t(v: u64) -> FencingToken {
+    FencingToken::new(v)
+}
+
+/// Writer `w`'s i-th token: the writers' tokens interleave.
+fn token_of(w: u64, i: u64) -> FencingToken {
+    t(i * WRITERS + w + 1)
+}
+
+/// Many writers on one row through a fence column: the row ends with the
+/// highest token's value, and every refusal names a higher mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_column_keeps_the_highest_writer() {
+    let pg = PgServer::start().await.unwrap();
+    let setup = pg.client().await.unwrap();
+    setup
+        .batch_execute(
+            "CREATE TABLE accounts (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+             INSERT INTO accounts (id, value) VALUES (1, 'initial');",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("accounts", "id", "fence", &["value"]).unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let client = pg.client().await.unwrap();
+        let update = update.clone();
+        tasks.push(tokio::spawn(async move {
+            let prepared = update.prepare(&client).await.unwrap();
+            let mut verdicts = Vec::new();
+            for i in 0..WRITES {
+                let token = token_of(w, i);
+                let value = format!("written with {token}");
+                match prepared.execute(&client, &1i64, &[&value], token).await {
+                    Ok(1) => verdicts.push((token, true)),
+                    Err(Error::Stale { presented, highest }) => {
+                        assert_eq!(presented, token);
+                        assert!(highest > presented, "refused {presented} though the fence was {highest}");
+                        verdicts.push((token, false));
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            verdicts
+        }));
+    }
+    let mut verdicts = Vec::new();
+    for task in tasks {
+        verdicts.extend(task.await.unwrap());
+    }
+    let highest = token_of(WRITERS - 1, WRITES - 1);
+    assert!(verdicts.contains(&(highest, true)), "the highest token must be accepted");
+    let row = setup.query_one("SELECT value, fence FROM accounts WHERE id = 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), format!("written with {highest}"));
+    assert_eq!(FencingToken::try_from(row.get::<_, i64>(1)).unwrap(), highest);
+    let refused = verdicts.iter().filter(|(_, ok)| !ok).count();
+    eprintln!("{} writes, {refused} refused as stale", verdicts.len());
+
+    // A retry with the current token passes; a missing row is no error.
+    let prepared = update.prepare(&setup).await.unwrap();
+    assert_eq!(prepared.execute(&setup, &1i64, &[&"retry".to_owned()], highest).await.unwrap(), 1);
+    assert_eq!(prepared.execute(&setup, &2i64, &[&"none".to_owned()], highest).await.unwrap(), 0);
+}
+
+/// The general case: the fence table advanced in the write's transaction.
+/// An audit row written in the same transaction records the order the
+/// database applied the writes in: their tokens never decrease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_table_in_the_writes_transaction() {
+    let pg = PgServer::start().await.unwrap();
+    let setup = pg.client().await.unwrap();
+    setup
+        .batch_execute(
+            "CREATE TABLE doc (id INT PRIMARY KEY, body TEXT NOT NULL);
+             INSERT INTO doc VALUES (1, 'initial');
+             CREATE TABLE applied (seq BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL);",
+        )
+        .await
+        .unwrap();
+    let fences = FenceTable::new("fencing_marks").unwrap();
+    fences.create(&setup).await.unwrap();
+    let doc = ResourceName::new("doc-1").unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = pg.client().await.unwrap();
+        let (fences, doc) = (fences.clone(), doc.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut refused = 0;
+            for i in 0..WRITES {
+                let token = token_of(w, i);
+                let tx = client.transaction().await.unwrap();
+                match fences.admit(&tx, &doc, token).await {
+                    Ok(()) => {
+                        let mark = i64::try_from(token).unwrap();
+                        tx.execute("UPDATE doc SET body = $1 WHERE id = 1", &[&format!("v{token}")]).await.unwrap();
+                        tx.execute("INSERT INTO applied (token) VALUES ($1)", &[&mark]).await.unwrap();
+                        tx.commit().await.unwrap();
+                    }
+                    Err(Error::Stale { presented, highest }) => {
+                        assert!(highest > presented);
+                        refused += 1;
+                        tx.rollback().await.unwrap();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            refused
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let applied: Vec<i64> = setup
+        .query("SELECT token FROM applied ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(applied.windows(2).all(|w| w[0] <= w[1]), "the database applied a lower token after a higher one: {applied:?}");
+    let highest = token_of(WRITERS - 1, WRITES - 1);
+    let body: String = setup.query_one("SELECT body FROM doc WHERE id = 1", &[]).await.unwrap().get(0);
+    assert_eq!(body, format!("v{highest}"));
+    assert_eq!(fences.high_water(&setup, &doc).await.unwrap(), Some(highest));
+}
+
+/// PgGate: retries pass, and the marks survive a clean restart and a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_survive_restart_and_crash() {
+    let mut pg = PgServer::start().await.unwrap();
+    let r = ResourceName::new("orders").unwrap();
+    {
+        let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
+        gate.admit(&r, t(10)).await.unwrap();
+        gate.admit(&r, t(10)).await.expect("retry with the same token");
+    }
+    pg.restart().await.unwrap();
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
+    match gate.admit(&r, t(9)).await {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(9), t(10))),
+        other => panic!("after restart: {other:?}"),
+    }
+    gate.admit(&r, t(11)).await.unwrap();
+    drop(gate);
+    pg.kill();
+    pg.restart().await.unwrap();
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
+    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(11)), "a committed mark was lost in the crash");
+    assert!(matches!(gate.admit(&r, t(10)).await, Err(Error::Stale { .. })));
+}
+
+/// Identifiers are checked, not escaped.
+#[test]
+fn bad_identifiers_are_refused() {
+    assert!(FencedUpdate::new("accounts; DROP TABLE x", "id", "fence", &["v"]).is_err());
+    assert!(FencedUpdate::new("accounts", "id", "fence", &["v\""]).is_err());
+    assert!(FenceTable::new("").is_err());
+}
