@@ -46,6 +46,16 @@ pub use fencing_etcd as etcd;
 #[cfg(feature = "zookeeper")]
 pub use fencing_zookeeper as zookeeper;
 
+/// Gates inside PostgreSQL ([`FencedUpdate`](fencing_postgres::FencedUpdate),
+/// [`FenceTable`](fencing_postgres::FenceTable)); feature `postgres`.
+#[cfg(feature = "postgres")]
+pub use fencing_postgres as postgres;
+
+/// A gate for HTTP stores ([`FencingLayer`](fencing_http::FencingLayer));
+/// feature `http`.
+#[cfg(feature = "http")]
+pub use fencing_http as http;
+
 /// Opens the fencing source a URL names.
 ///
 /// Supported:
