@@ -96,8 +96,14 @@ fn parse_args() -> Result<Args, BoxError> {
         match flag.as_str() {
             "--backend" => backend = value()?,
             "--version" => version = Some(value()?),
-            "--iterations" => iterations = value()?.parse().map_err(|e| format!("--iterations: {e}"))?,
-            "--settle-ms" => settle = Duration::from_millis(value()?.parse().map_err(|e| format!("--settle-ms: {e}"))?),
+            "--iterations" => {
+                iterations = value()?.parse().map_err(|e| format!("--iterations: {e}"))?
+            }
+            "--settle-ms" => {
+                settle = Duration::from_millis(
+                    value()?.parse().map_err(|e| format!("--settle-ms: {e}"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {flag:?}; {USAGE}").into()),
         }
     }
@@ -106,7 +112,11 @@ fn parse_args() -> Result<Args, BoxError> {
         ("etcd", Some("3.4")) => Backend::Etcd(EtcdVersion::V3_4),
         ("zk", None | Some("3.9")) => Backend::Zk(ZkVersion::V3_9),
         ("zk", Some("3.8")) => Backend::Zk(ZkVersion::V3_8),
-        ("etcd" | "zk", Some(v)) => return Err(format!("--version {v:?} is not one for --backend {backend}; {USAGE}").into()),
+        ("etcd" | "zk", Some(v)) => {
+            return Err(
+                format!("--version {v:?} is not one for --backend {backend}; {USAGE}").into(),
+            )
+        }
         (other, _) => return Err(format!("--backend must be etcd or zk, not {other:?}").into()),
     };
     if iterations == 0 {
@@ -148,7 +158,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 print_run(anchor.side, round, &run);
                 anchor_runs.push(run);
             } else {
-                let run = cluster.rust_bench(&format!("/bench-rust-{round}"), &args).await?;
+                let run = cluster
+                    .rust_bench(&format!("/bench-rust-{round}"), &args)
+                    .await?;
                 print_run("rust", round, &run);
                 rust_runs.push(run);
             }
@@ -174,6 +186,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
 }
 
 /// A running cluster, and how each side reaches it.
+#[allow(clippy::large_enum_variant)] // one value per process: size does not matter
 enum Cluster {
     Etcd {
         _members: EtcdCluster,
@@ -314,8 +327,18 @@ impl Anchor {
     fn find(backend: Backend) -> Result<Anchor, BoxError> {
         let bin = cache_dir().join("bin");
         let (side, name, file, installer) = match backend {
-            Backend::Etcd(_) => ("go", "etcd-mutex bench", bin.join("etcd-mutex"), "go-interop.sh"),
-            Backend::Zk(_) => ("java", "curator-mutex bench", bin.join("curator-mutex.jar"), "curator-interop.sh"),
+            Backend::Etcd(_) => (
+                "go",
+                "etcd-mutex bench",
+                bin.join("etcd-mutex"),
+                "go-interop.sh",
+            ),
+            Backend::Zk(_) => (
+                "java",
+                "curator-mutex bench",
+                bin.join("curator-mutex.jar"),
+                "curator-interop.sh",
+            ),
         };
         if !file.is_file() {
             return Err(format!(
@@ -356,7 +379,7 @@ impl Anchor {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true); // a timed-out run must not outlive us
-        // Generous: each handover iteration costs the settle time plus a few round trips.
+                                 // Generous: each handover iteration costs the settle time plus a few round trips.
         let per_iteration = args.settle + Duration::from_millis(500);
         let limit = Duration::from_secs(30) + per_iteration * u32::try_from(args.iterations)?;
         let name = self.name;
@@ -422,7 +445,11 @@ where
     let resource = ResourceName::new(RESOURCE)?;
     let opts = AcquireOptions::new().timeout(LOCK_TIMEOUT);
     for s in warm_up {
-        bounded("warm-up release", s.acquire(&resource, &opts).await?.release()).await??;
+        bounded(
+            "warm-up release",
+            s.acquire(&resource, &opts).await?.release(),
+        )
+        .await??;
     }
 
     let mut unc = Vec::with_capacity(args.iterations);
