@@ -42,17 +42,28 @@ async fn main() -> std::process::ExitCode {
 /// that value with the grant's token (never re-checking the lease: the
 /// pause falls between the check and the write).
 async fn writer(args: &[String]) -> Res<()> {
-    let [pg, url, name] = args else { return Err("writer PG URL NAME".into()) };
+    let [pg, url, name] = args else {
+        return Err("writer PG URL NAME".into());
+    };
     let source = fencing::connect(url).await?;
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(1)).timeout(Duration::from_secs(20));
-    let grant = source.acquire(&ResourceName::new("account-1")?, &opts).await?;
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(1))
+        .timeout(Duration::from_secs(20));
+    let grant = source
+        .acquire(&ResourceName::new("account-1")?, &opts)
+        .await?;
     let (client, conn) = tokio_postgres::connect(pg, NoTls).await?;
     let conn = tokio::spawn(conn);
-    let update = FencedUpdate::new("accounts", "id", "fence", &["balance", "written_by"])?.prepare(&client).await?;
+    let update = FencedUpdate::new("accounts", "id", "fence", &["balance", "written_by"])?
+        .prepare(&client)
+        .await?;
     println!("GRANTED {}", grant.token());
     for line in std::io::stdin().lock().lines() {
         let balance: i64 = line?.trim().parse()?;
-        match update.execute(&client, &ACCOUNT, &[&balance, name], grant.token()).await {
+        match update
+            .execute(&client, &ACCOUNT, &[&balance, name], grant.token())
+            .await
+        {
             Ok(_) => println!("OK"),
             Err(Error::Stale { presented, highest }) => println!("REJECTED {presented} {highest}"),
             Err(e) => return Err(e.into()),
@@ -107,7 +118,10 @@ impl Drop for Writer {
 }
 
 fn token(line: &str) -> Res<FencingToken> {
-    Ok(line.strip_prefix("GRANTED ").ok_or_else(|| format!("unexpected {line:?}"))?.parse()?)
+    Ok(line
+        .strip_prefix("GRANTED ")
+        .ok_or_else(|| format!("unexpected {line:?}"))?
+        .parse()?)
 }
 
 /// Blocking process I/O happens on this thread; the runtime only serves the
@@ -144,8 +158,13 @@ async fn orchestrate(pg: &str, url: Option<String>) -> Res<()> {
 
     c1.signal(Signal::CONT);
     let late = c1.write(11)?;
-    say(&format!("C1 resumes and writes balance=11 with token {t1} -> {late}"));
-    let row = client.query_one("SELECT balance, written_by FROM accounts WHERE id = 1", &[]).await.map_err(pg_error)?;
+    say(&format!(
+        "C1 resumes and writes balance=11 with token {t1} -> {late}"
+    ));
+    let row = client
+        .query_one("SELECT balance, written_by FROM accounts WHERE id = 1", &[])
+        .await
+        .map_err(pg_error)?;
     let (balance, by): (i64, String) = (row.get(0), row.get(1));
     say(&format!("final row: balance={balance} written by {by}"));
     conn.abort();
@@ -153,7 +172,9 @@ async fn orchestrate(pg: &str, url: Option<String>) -> Res<()> {
         println!("PASS: PostgreSQL refused the stale UPDATE; C2's value stands");
         Ok(())
     } else {
-        Err(format!("the stale write was not refused (C1 got {late:?}, row {balance} by {by})").into())
+        Err(
+            format!("the stale write was not refused (C1 got {late:?}, row {balance} by {by})")
+                .into(),
+        )
     }
 }
-

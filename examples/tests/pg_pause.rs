@@ -8,10 +8,16 @@ use fencing_integration::pg_server::PgServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_pause_refuses_the_late_update() {
     let pg = PgServer::start().await.unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pg-pause")).arg(pg.connection_string()).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pg-pause"))
+        .arg(pg.connection_string())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "pg-pause failed");
     assert!(stdout.contains("-> REJECTED"), "{stdout}");
-    assert!(stdout.contains("final row: balance=100 written by C2"), "{stdout}");
+    assert!(
+        stdout.contains("final row: balance=100 written by C2"),
+        "{stdout}"
+    );
 }

@@ -47,7 +47,10 @@ async fn fence_column_keeps_the_highest_writer() {
                     Ok(1) => verdicts.push((token, true)),
                     Err(Error::Stale { presented, highest }) => {
                         assert_eq!(presented, token);
-                        assert!(highest > presented, "refused {presented} though the fence was {highest}");
+                        assert!(
+                            highest > presented,
+                            "refused {presented} though the fence was {highest}"
+                        );
                         verdicts.push((token, false));
                     }
                     other => panic!("unexpected {other:?}"),
@@ -61,17 +64,38 @@ async fn fence_column_keeps_the_highest_writer() {
         verdicts.extend(task.await.unwrap());
     }
     let highest = token_of(WRITERS - 1, WRITES - 1);
-    assert!(verdicts.contains(&(highest, true)), "the highest token must be accepted");
-    let row = setup.query_one("SELECT value, fence FROM accounts WHERE id = 1", &[]).await.unwrap();
+    assert!(
+        verdicts.contains(&(highest, true)),
+        "the highest token must be accepted"
+    );
+    let row = setup
+        .query_one("SELECT value, fence FROM accounts WHERE id = 1", &[])
+        .await
+        .unwrap();
     assert_eq!(row.get::<_, String>(0), format!("written with {highest}"));
-    assert_eq!(FencingToken::try_from(row.get::<_, i64>(1)).unwrap(), highest);
+    assert_eq!(
+        FencingToken::try_from(row.get::<_, i64>(1)).unwrap(),
+        highest
+    );
     let refused = verdicts.iter().filter(|(_, ok)| !ok).count();
     eprintln!("{} writes, {refused} refused as stale", verdicts.len());
 
     // A retry with the current token passes; a missing row is no error.
     let prepared = update.prepare(&setup).await.unwrap();
-    assert_eq!(prepared.execute(&setup, &1i64, &[&"retry".to_owned()], highest).await.unwrap(), 1);
-    assert_eq!(prepared.execute(&setup, &2i64, &[&"none".to_owned()], highest).await.unwrap(), 0);
+    assert_eq!(
+        prepared
+            .execute(&setup, &1i64, &[&"retry".to_owned()], highest)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        prepared
+            .execute(&setup, &2i64, &[&"none".to_owned()], highest)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 /// The general case: the fence table advanced in the write's transaction.
@@ -104,8 +128,15 @@ async fn fence_table_in_the_writes_transaction() {
                 match fences.admit(&tx, &doc, token).await {
                     Ok(()) => {
                         let mark = i64::try_from(token).unwrap();
-                        tx.execute("UPDATE doc SET body = $1 WHERE id = 1", &[&format!("v{token}")]).await.unwrap();
-                        tx.execute("INSERT INTO applied (token) VALUES ($1)", &[&mark]).await.unwrap();
+                        tx.execute(
+                            "UPDATE doc SET body = $1 WHERE id = 1",
+                            &[&format!("v{token}")],
+                        )
+                        .await
+                        .unwrap();
+                        tx.execute("INSERT INTO applied (token) VALUES ($1)", &[&mark])
+                            .await
+                            .unwrap();
                         tx.commit().await.unwrap();
                     }
                     Err(Error::Stale { presented, highest }) => {
@@ -129,11 +160,21 @@ async fn fence_table_in_the_writes_transaction() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert!(applied.windows(2).all(|w| w[0] <= w[1]), "the database applied a lower token after a higher one: {applied:?}");
+    assert!(
+        applied.windows(2).all(|w| w[0] <= w[1]),
+        "the database applied a lower token after a higher one: {applied:?}"
+    );
     let highest = token_of(WRITERS - 1, WRITES - 1);
-    let body: String = setup.query_one("SELECT body FROM doc WHERE id = 1", &[]).await.unwrap().get(0);
+    let body: String = setup
+        .query_one("SELECT body FROM doc WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(body, format!("v{highest}"));
-    assert_eq!(fences.high_water(&setup, &doc).await.unwrap(), Some(highest));
+    assert_eq!(
+        fences.high_water(&setup, &doc).await.unwrap(),
+        Some(highest)
+    );
 }
 
 /// PgGate: retries pass, and the marks survive a clean restart and a crash.
@@ -142,12 +183,18 @@ async fn marks_survive_restart_and_crash() {
     let mut pg = PgServer::start().await.unwrap();
     let r = ResourceName::new("orders").unwrap();
     {
-        let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
+        let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+            .await
+            .unwrap();
         gate.admit(&r, t(10)).await.unwrap();
-        gate.admit(&r, t(10)).await.expect("retry with the same token");
+        gate.admit(&r, t(10))
+            .await
+            .expect("retry with the same token");
     }
     pg.restart().await.unwrap();
-    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+        .await
+        .unwrap();
     match gate.admit(&r, t(9)).await {
         Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(9), t(10))),
         other => panic!("after restart: {other:?}"),
@@ -156,9 +203,18 @@ async fn marks_survive_restart_and_crash() {
     drop(gate);
     pg.kill();
     pg.restart().await.unwrap();
-    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks").await.unwrap();
-    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(11)), "a committed mark was lost in the crash");
-    assert!(matches!(gate.admit(&r, t(10)).await, Err(Error::Stale { .. })));
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+        .await
+        .unwrap();
+    assert_eq!(
+        gate.high_water(&r).await.unwrap(),
+        Some(t(11)),
+        "a committed mark was lost in the crash"
+    );
+    assert!(matches!(
+        gate.admit(&r, t(10)).await,
+        Err(Error::Stale { .. })
+    ));
 }
 
 /// Identifiers are checked, not escaped.

@@ -26,28 +26,51 @@ struct Held {
 
 fn curator_jar() -> std::path::PathBuf {
     let jar = cache_dir().join("bin").join("curator-mutex.jar");
-    assert!(jar.exists(), "{} is missing: run scripts/test.sh (scripts/install/curator-interop.sh builds it)", jar.display());
+    assert!(
+        jar.exists(),
+        "{} is missing: run scripts/test.sh (scripts/install/curator-interop.sh builds it)",
+        jar.display()
+    );
     jar
 }
 
 async fn curator_and_rust_share_one_lock(version: ZkVersion) {
     let f = ZkFixture::start(version).await;
     let mut java = Command::new("java");
-    java.arg("-jar").arg(curator_jar()).args(["contend", "--connect", &f.ensemble.connect_string()]);
-    java.args(["--path", &format!("{}/interop", f.path), "--counter", COUNTER, "--rounds", &ROUNDS.to_string()]);
+    java.arg("-jar").arg(curator_jar()).args([
+        "contend",
+        "--connect",
+        &f.ensemble.connect_string(),
+    ]);
+    java.args([
+        "--path",
+        &format!("{}/interop", f.path),
+        "--counter",
+        COUNTER,
+        "--rounds",
+        &ROUNDS.to_string(),
+    ]);
     java.args(["--hold-ms", "20"]);
     let mut java = Reaped::spawn(java.args(["--id", "java"])).unwrap();
     // The JVM takes a while to start: contend only once it holds the lock.
-    let first = java.next_line(Duration::from_secs(60)).expect("Java side started");
+    let first = java
+        .next_line(Duration::from_secs(60))
+        .expect("Java side started");
 
     let source = f.source().await;
     let client = source.client().await.unwrap();
     let lock = ResourceName::new("interop").unwrap();
-    let opts = AcquireOptions::new().ttl(Duration::from_secs(4)).timeout(Duration::from_secs(60));
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(4))
+        .timeout(Duration::from_secs(60));
     let mut held = Vec::new();
     for _ in 0..ROUNDS {
         let g = source.acquire(&lock, &opts).await.unwrap();
-        held.push(Held { token: g.token().get(), read: read_modify_write(&client).await, java: false });
+        held.push(Held {
+            token: g.token().get(),
+            read: read_modify_write(&client).await,
+            java: false,
+        });
         g.release().await.unwrap();
     }
 
@@ -57,17 +80,36 @@ async fn curator_and_rust_share_one_lock(version: ZkVersion) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let lines: Vec<String> = std::iter::once(first).chain(java.kill_and_collect()).collect();
-    assert!(lines.iter().any(|l| l.contains("\"done\"")), "Java side did not finish: {lines:?}");
-    let java_held: Vec<Held> = lines.iter().filter(|l| l.contains("\"held\"")).map(|l| parse_held(l)).collect();
+    let lines: Vec<String> = std::iter::once(first)
+        .chain(java.kill_and_collect())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("\"done\"")),
+        "Java side did not finish: {lines:?}"
+    );
+    let java_held: Vec<Held> = lines
+        .iter()
+        .filter(|l| l.contains("\"held\""))
+        .map(|l| parse_held(l))
+        .collect();
     assert_eq!(java_held.len(), ROUNDS, "{lines:?}");
     held.extend(java_held);
     held.sort();
     let reads: Vec<u64> = held.iter().map(|h| h.read).collect();
-    assert_eq!(reads, (0..2 * ROUNDS as u64).collect::<Vec<_>>(), "by token order the counter must read 0, 1, 2, ...: {held:?}");
+    assert_eq!(
+        reads,
+        (0..2 * ROUNDS as u64).collect::<Vec<_>>(),
+        "by token order the counter must read 0, 1, 2, ...: {held:?}"
+    );
     let switches = held.windows(2).filter(|w| w[0].java != w[1].java).count();
-    eprintln!("{version}: {} critical sections, the lock changed language {switches} times", held.len());
-    assert!(switches >= 2, "the two sides never really contended: {held:?}");
+    eprintln!(
+        "{version}: {} critical sections, the lock changed language {switches} times",
+        held.len()
+    );
+    assert!(
+        switches >= 2,
+        "the two sides never really contended: {held:?}"
+    );
 }
 
 /// The unprotected read-modify-write that only mutual exclusion keeps right.
@@ -80,7 +122,13 @@ async fn read_modify_write(c: &Client) -> u64 {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let next = (value + 1).to_string();
     if value == 0 && c.check_stat(COUNTER).await.unwrap().is_none() {
-        c.create(COUNTER, next.as_bytes(), &CreateMode::Persistent.with_acls(Acls::anyone_all())).await.unwrap();
+        c.create(
+            COUNTER,
+            next.as_bytes(),
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
     } else {
         c.set_data(COUNTER, next.as_bytes(), None).await.unwrap();
     }
@@ -89,7 +137,11 @@ async fn read_modify_write(c: &Client) -> u64 {
 
 fn parse_held(line: &str) -> Held {
     let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-    Held { token: v["token"].as_u64().expect("token"), read: v["read"].as_u64().expect("read"), java: true }
+    Held {
+        token: v["token"].as_u64().expect("token"),
+        read: v["read"].as_u64().expect("read"),
+        java: true,
+    }
 }
 
 fencing_integration::on_both_zk_versions!(curator_and_rust_share_one_lock);

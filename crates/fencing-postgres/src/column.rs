@@ -35,8 +35,17 @@ pub struct FencedUpdate {
 impl FencedUpdate {
     /// Builds the statement for `table`, keyed by `key_column`, fenced by
     /// `fence_column` (a `BIGINT`), setting `columns` in that order.
-    pub fn new(table: &str, key_column: &str, fence_column: &str, columns: &[&str]) -> Result<Self> {
-        let (t, k, f) = (Ident::new(table)?.sql(), Ident::new(key_column)?.sql(), Ident::new(fence_column)?.sql());
+    pub fn new(
+        table: &str,
+        key_column: &str,
+        fence_column: &str,
+        columns: &[&str],
+    ) -> Result<Self> {
+        let (t, k, f) = (
+            Ident::new(table)?.sql(),
+            Ident::new(key_column)?.sql(),
+            Ident::new(fence_column)?.sql(),
+        );
         let mut sets = Vec::with_capacity(columns.len() + 1);
         for (i, c) in columns.iter().enumerate() {
             sets.push(format!("{} = ${}", Ident::new(c)?.sql(), i + 3));
@@ -49,7 +58,11 @@ impl FencedUpdate {
              SELECT (SELECT count(*) FROM upd), (SELECT {f} FROM {t} WHERE {k} = $1)",
             sets.join(", ")
         );
-        Ok(FencedUpdate { sql, refetch: format!("SELECT {f} FROM {t} WHERE {k} = $1"), columns: columns.len() })
+        Ok(FencedUpdate {
+            sql,
+            refetch: format!("SELECT {f} FROM {t} WHERE {k} = $1"),
+            columns: columns.len(),
+        })
     }
 
     /// The statement text (parameters: key, token, then the columns).
@@ -88,14 +101,21 @@ impl PreparedUpdate {
         token: FencingToken,
     ) -> Result<u64> {
         if values.len() != self.columns {
-            return Err(Error::Config(format!("{} values given for {} columns", values.len(), self.columns)));
+            return Err(Error::Config(format!(
+                "{} values given for {} columns",
+                values.len(),
+                self.columns
+            )));
         }
         let fence = i64::try_from(token)?;
         let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(values.len() + 2);
         params.push(key);
         params.push(&fence);
         params.extend_from_slice(values);
-        let row = client.query_one(&self.statement, &params).await.map_err(crate::pg_error)?;
+        let row = client
+            .query_one(&self.statement, &params)
+            .await
+            .map_err(crate::pg_error)?;
         let (updated, current): (i64, Option<i64>) = (row.get(0), row.get(1));
         if updated > 0 {
             return Ok(updated as u64);
@@ -104,11 +124,18 @@ impl PreparedUpdate {
             Some(c) if c > fence => c,
             // A concurrent writer raised the fence after our snapshot (the
             // update re-checked the newest row and refused): read it anew.
-            _ => match client.query_opt(&self.refetch, &[key]).await.map_err(crate::pg_error)? {
+            _ => match client
+                .query_opt(&self.refetch, &[key])
+                .await
+                .map_err(crate::pg_error)?
+            {
                 Some(r) => r.get(0),
                 None => return Ok(0),
             },
         };
-        Err(Error::Stale { presented: token, highest: FencingToken::try_from(current)? })
+        Err(Error::Stale {
+            presented: token,
+            highest: FencingToken::try_from(current)?,
+        })
     }
 }

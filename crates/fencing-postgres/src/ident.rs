@@ -36,7 +36,15 @@ mod tests {
     #[test]
     fn accepts_plain_names_refuses_the_rest() {
         assert_eq!(Ident::new("fence_marks").unwrap().sql(), "\"fence_marks\"");
-        for bad in ["", "1abc", "a-b", "a;drop table x", "a\"b", "ä", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "1abc",
+            "a-b",
+            "a;drop table x",
+            "a\"b",
+            "ä",
+            &"x".repeat(64),
+        ] {
             assert!(Ident::new(bad).is_err(), "{bad:?}");
         }
     }

@@ -62,21 +62,43 @@ impl FenceTable {
     /// Raises the resource's mark to `token`, or fails with
     /// [`Error::Stale`] naming both tokens when the mark is higher. Equal
     /// tokens pass (a retried write). One round trip when admitted.
-    pub async fn admit(&self, client: &impl GenericClient, resource: &ResourceName, token: FencingToken) -> Result<()> {
+    pub async fn admit(
+        &self,
+        client: &impl GenericClient,
+        resource: &ResourceName,
+        token: FencingToken,
+    ) -> Result<()> {
         let mark = i64::try_from(token)?;
-        let rows = client.query(&self.upsert, &[&resource.as_str(), &mark]).await.map_err(crate::pg_error)?;
+        let rows = client
+            .query(&self.upsert, &[&resource.as_str(), &mark])
+            .await
+            .map_err(crate::pg_error)?;
         if !rows.is_empty() {
             return Ok(());
         }
         // Refused: read the mark that refused it (same transaction, so it is
         // the row we just lost to).
-        let highest = self.high_water(client, resource).await?.unwrap_or(FencingToken::ZERO);
-        Err(Error::Stale { presented: token, highest })
+        let highest = self
+            .high_water(client, resource)
+            .await?
+            .unwrap_or(FencingToken::ZERO);
+        Err(Error::Stale {
+            presented: token,
+            highest,
+        })
     }
 
     /// The current mark of a resource.
-    pub async fn high_water(&self, client: &impl GenericClient, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let row = client.query_opt(&self.select, &[&resource.as_str()]).await.map_err(crate::pg_error)?;
-        row.map(|r| FencingToken::try_from(r.get::<_, i64>(0))).transpose()
+    pub async fn high_water(
+        &self,
+        client: &impl GenericClient,
+        resource: &ResourceName,
+    ) -> Result<Option<FencingToken>> {
+        let row = client
+            .query_opt(&self.select, &[&resource.as_str()])
+            .await
+            .map_err(crate::pg_error)?;
+        row.map(|r| FencingToken::try_from(r.get::<_, i64>(0)))
+            .transpose()
     }
 }

@@ -55,27 +55,46 @@ async fn postgres(iterations: usize) -> Res<()> {
              INSERT INTO plain VALUES (1, 0); INSERT INTO fenced (id, balance) VALUES (1, 0);",
         )
         .await?;
-    let plain = client.prepare("UPDATE plain SET balance = $2 WHERE id = $1").await?;
-    let guarded = FencedUpdate::new("fenced", "id", "fence", &["balance"])?.prepare(&client).await?;
+    let plain = client
+        .prepare("UPDATE plain SET balance = $2 WHERE id = $1")
+        .await?;
+    let guarded = FencedUpdate::new("fenced", "id", "fence", &["balance"])?
+        .prepare(&client)
+        .await?;
     let (mut plain_medians, mut guarded_medians) = (Vec::new(), Vec::new());
     let mut token = 0u64;
     for round in 0..ROUNDS {
-        for guarded_turn in if round % 2 == 0 { [false, true] } else { [true, false] } {
+        for guarded_turn in if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        } {
             let mut samples = Vec::with_capacity(iterations);
             for i in 0..iterations {
                 let balance = i as i64;
                 let started = Instant::now();
                 if guarded_turn {
                     token += 1;
-                    guarded.execute(&client, &1i64, &[&balance], FencingToken::new(token)).await?;
+                    guarded
+                        .execute(&client, &1i64, &[&balance], FencingToken::new(token))
+                        .await?;
                 } else {
                     client.execute(&plain, &[&1i64, &balance]).await?;
                 }
                 samples.push(started.elapsed());
             }
             let m = median(&mut samples);
-            println!("round {} {:<7}: median {:>6.1} µs", round + 1, if guarded_turn { "guarded" } else { "plain" }, micros(m));
-            if guarded_turn { guarded_medians.push(m) } else { plain_medians.push(m) }
+            println!(
+                "round {} {:<7}: median {:>6.1} µs",
+                round + 1,
+                if guarded_turn { "guarded" } else { "plain" },
+                micros(m)
+            );
+            if guarded_turn {
+                guarded_medians.push(m)
+            } else {
+                plain_medians.push(m)
+            }
         }
     }
     let (p, g) = (median(&mut plain_medians), median(&mut guarded_medians));
@@ -93,7 +112,8 @@ async fn postgres(iterations: usize) -> Res<()> {
 fn memory_gate() {
     let gate = Arc::new(MemoryGate::new());
     let r = ResourceName::new("bench").expect("valid name");
-    gate.admit_now(&r, FencingToken::new(1)).expect("first admit");
+    gate.admit_now(&r, FencingToken::new(1))
+        .expect("first admit");
     let single = time_admits(&gate, &r, 0, ADMITS);
     let started = Instant::now();
     std::thread::scope(|s| {
