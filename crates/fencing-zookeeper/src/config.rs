@@ -1,5 +1,6 @@
 //! Connection settings and the `zk://` URL form.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fencing_core::{Error, Result};
@@ -10,6 +11,17 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default limit for one request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// TLS files (PEM) for an ensemble's secure client port.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZkTls {
+    /// CA bundle that signed the servers' certificates.
+    pub ca: PathBuf,
+    /// Client certificate, for ensembles with `ssl.clientAuth=need`.
+    pub cert: Option<PathBuf>,
+    /// Key of the client certificate.
+    pub key: Option<PathBuf>,
+}
 
 /// How to reach a ZooKeeper ensemble and where the locks live.
 ///
@@ -44,6 +56,11 @@ pub struct ZkConfig {
     /// their parents get creator-only ACLs, so clients with other
     /// credentials cannot delete a holder's node.
     pub digest: Option<(String, String)>,
+    /// SASL DIGEST-MD5 credentials (`user`, `password`), for ensembles that
+    /// require SASL authentication.
+    pub sasl: Option<(String, String)>,
+    /// TLS to the servers' secure client ports; `None` means plaintext.
+    pub tls: Option<ZkTls>,
 }
 
 impl ZkConfig {
@@ -62,6 +79,8 @@ impl ZkConfig {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             digest: None,
+            sasl: None,
+            tls: None,
         };
         cfg.check()?;
         Ok(cfg)
@@ -95,7 +114,23 @@ impl ZkConfig {
         self
     }
 
-    /// Parses `zk://host:port[,host:port...]/path[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`.
+    /// Authenticates with SASL DIGEST-MD5.
+    #[must_use]
+    pub fn sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Connects over TLS.
+    #[must_use]
+    pub fn tls(mut self, tls: ZkTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Parses `zk://host:port[,host:port...]/path[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`;
+    /// `sasl_user=` and `sasl_password=` add SASL DIGEST-MD5, and `ca=`
+    /// (with `cert=` and `key=` for client authentication) switch to TLS.
     pub fn from_url(url: &str) -> Result<Self> {
         let bad = |why: &str| Error::Config(format!("ZooKeeper URL {url:?}: {why}"));
         let rest = url
@@ -108,6 +143,8 @@ impl ZkConfig {
         let (hosts, path) = rest.split_at(slash);
         let mut cfg = ZkConfig::new(hosts.split(','), path).map_err(|e| bad(&e.to_string()))?;
         let (mut user, mut password) = (None, None);
+        let (mut sasl_user, mut sasl_password) = (None, None);
+        let (mut ca, mut cert, mut key) = (None, None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair
                 .split_once('=')
@@ -121,6 +158,11 @@ impl ZkConfig {
                 "ensemble" if !v.is_empty() => cfg.ensemble = v.to_owned(),
                 "user" => user = Some(v.to_owned()),
                 "password" => password = Some(v.to_owned()),
+                "sasl_user" => sasl_user = Some(v.to_owned()),
+                "sasl_password" => sasl_password = Some(v.to_owned()),
+                "ca" => ca = Some(PathBuf::from(v)),
+                "cert" => cert = Some(PathBuf::from(v)),
+                "key" => key = Some(PathBuf::from(v)),
                 other => return Err(bad(&format!("unknown or empty parameter {other:?}"))),
             }
         }
@@ -128,6 +170,17 @@ impl ZkConfig {
             (Some(u), Some(p)) => cfg.digest = Some((u, p)),
             (None, None) => {}
             _ => return Err(bad("user= and password= go together")),
+        }
+        match (sasl_user, sasl_password) {
+            (Some(u), Some(p)) => cfg.sasl = Some((u, p)),
+            (None, None) => {}
+            _ => return Err(bad("sasl_user= and sasl_password= go together")),
+        }
+        match (ca, cert.is_some() == key.is_some()) {
+            (_, false) => return Err(bad("cert= and key= go together")),
+            (Some(ca), true) => cfg.tls = Some(ZkTls { ca, cert, key }),
+            (None, true) if cert.is_some() => return Err(bad("cert= needs ca=")),
+            (None, true) => {}
         }
         Ok(cfg)
     }
@@ -205,6 +258,9 @@ mod tests {
         assert_eq!(c.path, "/x/y");
         assert_eq!(c.session_timeout, Duration::from_secs(4));
         assert_eq!(c.digest, Some(("u".into(), "p".into())));
+        let c = ZkConfig::from_url("zk://a:1/x?ca=/ca.pem&cert=/c.pem&key=/k.pem&sasl_user=s&sasl_password=q").unwrap();
+        assert_eq!(c.tls.unwrap().key, Some(PathBuf::from("/k.pem")));
+        assert_eq!(c.sasl, Some(("s".into(), "q".into())));
     }
 
     #[test]
@@ -220,6 +276,9 @@ mod tests {
             "zk://a:1/x?session_timeout=0",
             "zk://a:1/x?user=u",
             "zk://a:1/x?what=1",
+            "zk://a:1/x?sasl_user=u",
+            "zk://a:1/x?ca=/c&cert=/c",
+            "zk://a:1/x?cert=/c&key=/k",
             "etcd://a:1/x",
         ] {
             assert!(

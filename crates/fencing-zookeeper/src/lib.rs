@@ -21,7 +21,7 @@ mod lock;
 mod session;
 mod source;
 
-pub use config::{ZkConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
+pub use config::{ZkConfig, ZkTls, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
 pub use gate::ZkGate;
 pub use source::ZkSource;
 

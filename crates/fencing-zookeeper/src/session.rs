@@ -14,7 +14,7 @@ use std::time::Duration;
 use fencing_core::{Error, LeaseGroup, LeaseTracker, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use zookeeper_client::{Client, SessionState};
+use zookeeper_client::{Client, SaslOptions, SessionState, TlsOptions};
 
 use crate::config::ZkConfig;
 
@@ -110,6 +110,12 @@ impl Session {
         if let Some((user, password)) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
+        if let Some((user, password)) = &cfg.sasl {
+            connector = connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
+        }
+        if let Some(tls) = &cfg.tls {
+            connector = connector.with_tls(tls_options(tls).await?);
+        }
         let client =
             match tokio::time::timeout(cfg.request_timeout, connector.connect(&hosts)).await {
                 Ok(Ok(client)) => client,
@@ -155,6 +161,18 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.heartbeat.abort();
     }
+}
+
+async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
+    let read = |p: std::path::PathBuf| async move {
+        tokio::fs::read_to_string(&p).await.map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
+    };
+    let bad = |e: zookeeper_client::Error| Error::Config(format!("ZooKeeper TLS files: {e}"));
+    let mut options = TlsOptions::new().with_pem_ca(&read(tls.ca.clone()).await?).map_err(bad)?;
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        options = options.with_pem_identity(&read(cert.clone()).await?, &read(key.clone()).await?).map_err(bad)?;
+    }
+    Ok(options)
 }
 
 fn connect_error(hosts: &str, limit: Duration, e: zookeeper_client::Error) -> Error {
