@@ -8,6 +8,7 @@ pub mod etcd_fixture;
 pub mod frozen;
 pub mod pg_server;
 pub mod proxy;
+pub mod scenarios;
 pub mod zk_ensemble;
 pub mod zk_fixture;
 

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, Gate, ResourceName};
-use fencing_etcd::EtcdConfig;
+use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
+use fencing_integration::scenarios;
 use fencing_testkit::History;
 
 fn r(name: &str) -> ResourceName {
@@ -126,68 +127,23 @@ async fn key_deleted_behind_our_back(version: EtcdVersion) {
 
 /// 64 waiters on one lock: each hand-over wakes exactly one waiter.
 async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
-    const WAITERS: usize = 64;
     let f = EtcdFixture::start(version).await;
-    let lock = r("herd");
     let holder = f.source().await;
-    let first = holder
-        .acquire(&lock, &opts(Duration::from_secs(10)))
-        .await
-        .unwrap();
-    let mut sources = Vec::new();
-    let mut tasks = Vec::new();
-    let history = History::new();
-    for id in 0..WAITERS {
-        let s = f.source().await;
-        sources.push(s.clone());
-        let (lock, history) = (lock.clone(), history.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = s
-                .acquire(&lock, &opts(Duration::from_secs(10)))
-                .await
-                .expect("waiter acquire");
-            history.granted(id + 1, g.token()).await;
-            history.released(id + 1, g.token()).await;
-            g.release().await.unwrap();
-        }));
+    let mut waiters = Vec::new();
+    for _ in 0..scenarios::HERD {
+        waiters.push(f.source().await);
     }
-    // Every waiter's key exists before the first hand-over.
     let dir = format!("{}/herd/", f.prefix);
-    let mut raw = holder.client();
-    for _ in 0..200 {
-        let count = raw
-            .get(
-                dir.as_str(),
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_count_only(),
-                ),
-            )
-            .await
-            .unwrap()
-            .count();
-        if count as usize == WAITERS + 1 {
-            break;
+    let count = || {
+        let (mut client, dir) = (holder.client(), dir.clone());
+        async move {
+            let only_count = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client.get(dir, Some(only_count)).await.unwrap().count() as usize
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    history.granted(0, first.token()).await;
-    history.released(0, first.token()).await;
-    first.release().await.unwrap();
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(60), t)
-            .await
-            .expect("waiters finish")
-            .unwrap();
-    }
-    history.check().await.unwrap();
-    let wakeups: u64 = sources.iter().map(|s| s.waiter_wakeups()).sum();
-    eprintln!("{version}: {WAITERS} waiters, {wakeups} wake-ups");
-    assert_eq!(
-        wakeups, WAITERS as u64,
-        "each hand-over must wake exactly one waiter"
-    );
+    };
+    scenarios::no_thundering_herd(holder.clone(), waiters, count, EtcdSource::waiter_wakeups).await;
 }
 
 /// Grants and gates refuse tokens of another cluster.

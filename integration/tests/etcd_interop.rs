@@ -8,18 +8,11 @@ use std::time::Duration;
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_integration::etcd_cluster::{cache_dir, EtcdVersion};
 use fencing_integration::etcd_fixture::EtcdFixture;
+use fencing_integration::scenarios::{self, Held};
 use fencing_integration::Reaped;
 
 const ROUNDS: usize = 25;
 const COUNTER: &str = "/interop-counter";
-
-/// One critical section: the token it held and the counter value it read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Held {
-    token: u64,
-    read: u64,
-    go: bool,
-}
 
 fn go_binary() -> std::path::PathBuf {
     let bin = cache_dir().join("bin").join("etcd-mutex");
@@ -62,7 +55,7 @@ async fn go_and_rust_share_one_lock(version: EtcdVersion) {
         held.push(Held {
             token: g.token().get(),
             read: read_modify_write(&source).await,
-            go: false,
+            anchor: false,
         });
         g.release().await.unwrap();
     }
@@ -81,26 +74,11 @@ async fn go_and_rust_share_one_lock(version: EtcdVersion) {
     let go_held: Vec<Held> = lines
         .iter()
         .filter(|l| l.contains("\"held\""))
-        .map(|l| parse_held(l))
+        .map(|l| Held::from_anchor_line(l))
         .collect();
     assert_eq!(go_held.len(), ROUNDS, "{lines:?}");
     held.extend(go_held);
-    held.sort();
-    let reads: Vec<u64> = held.iter().map(|h| h.read).collect();
-    let expected: Vec<u64> = (0..2 * ROUNDS as u64).collect();
-    assert_eq!(
-        reads, expected,
-        "by token order the counter must read 0, 1, 2, ...: {held:?}"
-    );
-    let switches = held.windows(2).filter(|w| w[0].go != w[1].go).count();
-    eprintln!(
-        "{version}: {} critical sections, the lock changed language {switches} times",
-        held.len()
-    );
-    assert!(
-        switches >= 2,
-        "the two sides never really contended: {held:?}"
-    );
+    scenarios::check_interop(held, &version.to_string());
 }
 
 /// The unprotected read-modify-write that only mutual exclusion keeps right.
@@ -113,15 +91,6 @@ async fn read_modify_write(source: &fencing_etcd::EtcdSource) -> u64 {
     tokio::time::sleep(Duration::from_millis(5)).await;
     c.put(COUNTER, (value + 1).to_string(), None).await.unwrap();
     value
-}
-
-fn parse_held(line: &str) -> Held {
-    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-    Held {
-        token: v["token"].as_u64().expect("token"),
-        read: v["read"].as_u64().expect("read"),
-        go: true,
-    }
 }
 
 fencing_integration::on_both_etcd_versions!(go_and_rust_share_one_lock);

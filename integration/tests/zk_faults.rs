@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
 use fencing_integration::proxy::Proxy;
+use fencing_integration::scenarios;
 use fencing_integration::zk_ensemble::ZkVersion;
 use fencing_integration::zk_fixture::ZkFixture;
 use fencing_testkit::History;
@@ -170,54 +171,19 @@ async fn node_deleted_behind_our_back(version: ZkVersion) {
 
 /// 64 waiters on one lock: each hand-over wakes exactly one waiter.
 async fn sixty_four_waiters_no_herd(version: ZkVersion) {
-    const WAITERS: usize = 64;
     let f = ZkFixture::start(version).await;
-    let lock = r("herd");
     let holder = f.source().await;
-    let first = holder
-        .acquire(&lock, &opts(Duration::from_secs(10)))
-        .await
-        .unwrap();
-    let (mut sources, mut tasks) = (Vec::new(), Vec::new());
-    let history = History::new();
-    for id in 0..WAITERS {
-        let s = f.source().await;
-        sources.push(s.clone());
-        let (lock, history) = (lock.clone(), history.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = s
-                .acquire(&lock, &opts(Duration::from_secs(10)))
-                .await
-                .expect("waiter acquire");
-            history.granted(id + 1, g.token()).await;
-            history.released(id + 1, g.token()).await;
-            g.release().await.unwrap();
-        }));
+    let mut waiters = Vec::new();
+    for _ in 0..scenarios::HERD {
+        waiters.push(f.source().await);
     }
-    let dir = format!("{}/herd", f.path);
     let client = holder.client().await.unwrap();
-    for _ in 0..400 {
-        if client.list_children(&dir).await.unwrap().len() == WAITERS + 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    history.granted(0, first.token()).await;
-    history.released(0, first.token()).await;
-    first.release().await.unwrap();
-    for t in tasks {
-        tokio::time::timeout(Duration::from_secs(90), t)
-            .await
-            .expect("waiters finish")
-            .unwrap();
-    }
-    history.check().await.unwrap();
-    let wakeups: u64 = sources.iter().map(ZkSource::waiter_wakeups).sum();
-    eprintln!("{version}: {WAITERS} waiters, {wakeups} wake-ups");
-    assert_eq!(
-        wakeups, WAITERS as u64,
-        "each hand-over must wake exactly one waiter"
-    );
+    let dir = format!("{}/herd", f.path);
+    let count = || {
+        let (client, dir) = (client.clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
+    };
+    scenarios::no_thundering_herd(holder.clone(), waiters, count, ZkSource::waiter_wakeups).await;
 }
 
 /// Grants and gates refuse tokens of another ensemble.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_integration::etcd_cluster::cache_dir;
+use fencing_integration::scenarios::{self, Held};
 use fencing_integration::zk_ensemble::ZkVersion;
 use fencing_integration::zk_fixture::ZkFixture;
 use fencing_integration::Reaped;
@@ -14,15 +15,6 @@ use fencing_zookeeper::zookeeper_client::{Acls, Client, CreateMode};
 
 const ROUNDS: usize = 20;
 const COUNTER: &str = "/interop-counter";
-
-/// One critical section: the token it held, the counter value it read,
-/// and which side held it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Held {
-    token: u64,
-    read: u64,
-    java: bool,
-}
 
 fn curator_jar() -> std::path::PathBuf {
     let jar = cache_dir().join("bin").join("curator-mutex.jar");
@@ -69,7 +61,7 @@ async fn curator_and_rust_share_one_lock(version: ZkVersion) {
         held.push(Held {
             token: g.token().get(),
             read: read_modify_write(&client).await,
-            java: false,
+            anchor: false,
         });
         g.release().await.unwrap();
     }
@@ -90,26 +82,11 @@ async fn curator_and_rust_share_one_lock(version: ZkVersion) {
     let java_held: Vec<Held> = lines
         .iter()
         .filter(|l| l.contains("\"held\""))
-        .map(|l| parse_held(l))
+        .map(|l| Held::from_anchor_line(l))
         .collect();
     assert_eq!(java_held.len(), ROUNDS, "{lines:?}");
     held.extend(java_held);
-    held.sort();
-    let reads: Vec<u64> = held.iter().map(|h| h.read).collect();
-    assert_eq!(
-        reads,
-        (0..2 * ROUNDS as u64).collect::<Vec<_>>(),
-        "by token order the counter must read 0, 1, 2, ...: {held:?}"
-    );
-    let switches = held.windows(2).filter(|w| w[0].java != w[1].java).count();
-    eprintln!(
-        "{version}: {} critical sections, the lock changed language {switches} times",
-        held.len()
-    );
-    assert!(
-        switches >= 2,
-        "the two sides never really contended: {held:?}"
-    );
+    scenarios::check_interop(held, &version.to_string());
 }
 
 /// The unprotected read-modify-write that only mutual exclusion keeps right.
@@ -133,15 +110,6 @@ async fn read_modify_write(c: &Client) -> u64 {
         c.set_data(COUNTER, next.as_bytes(), None).await.unwrap();
     }
     value
-}
-
-fn parse_held(line: &str) -> Held {
-    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
-    Held {
-        token: v["token"].as_u64().expect("token"),
-        read: v["read"].as_u64().expect("read"),
-        java: true,
-    }
 }
 
 fencing_integration::on_both_zk_versions!(curator_and_rust_share_one_lock);
