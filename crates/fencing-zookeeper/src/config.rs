@@ -258,7 +258,10 @@ mod tests {
         assert_eq!(c.path, "/x/y");
         assert_eq!(c.session_timeout, Duration::from_secs(4));
         assert_eq!(c.digest, Some(("u".into(), "p".into())));
-        let c = ZkConfig::from_url("zk://a:1/x?ca=/ca.pem&cert=/c.pem&key=/k.pem&sasl_user=s&sasl_password=q").unwrap();
+        let c = ZkConfig::from_url(
+            "zk://a:1/x?ca=/ca.pem&cert=/c.pem&key=/k.pem&sasl_user=s&sasl_password=q",
+        )
+        .unwrap();
         assert_eq!(c.tls.unwrap().key, Some(PathBuf::from("/k.pem")));
         assert_eq!(c.sasl, Some(("s".into(), "q".into())));
     }

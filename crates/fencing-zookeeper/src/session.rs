@@ -111,7 +111,8 @@ impl Session {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
         if let Some((user, password)) = &cfg.sasl {
-            connector = connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
+            connector =
+                connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
         }
         if let Some(tls) = &cfg.tls {
             connector = connector.with_tls(tls_options(tls).await?);
@@ -165,12 +166,18 @@ impl Drop for Session {
 
 async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
     let read = |p: std::path::PathBuf| async move {
-        tokio::fs::read_to_string(&p).await.map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
+        tokio::fs::read_to_string(&p)
+            .await
+            .map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
     };
     let bad = |e: zookeeper_client::Error| Error::Config(format!("ZooKeeper TLS files: {e}"));
-    let mut options = TlsOptions::new().with_pem_ca(&read(tls.ca.clone()).await?).map_err(bad)?;
+    let mut options = TlsOptions::new()
+        .with_pem_ca(&read(tls.ca.clone()).await?)
+        .map_err(bad)?;
     if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
-        options = options.with_pem_identity(&read(cert.clone()).await?, &read(key.clone()).await?).map_err(bad)?;
+        options = options
+            .with_pem_identity(&read(cert.clone()).await?, &read(key.clone()).await?)
+            .map_err(bad)?;
     }
     Ok(options)
 }
