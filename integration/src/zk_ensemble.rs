@@ -18,6 +18,13 @@
 //! the quorum by opening and closing a session with a bare handshake
 //! ([`session_roundtrip`]). Every call has a timeout and every wait is
 //! bounded.
+//!
+//! [`ZkEnsemble::start_with`] adds client security ([`ZkOptions`]): a TLS
+//! client port (`secureClientPort`, served by Netty, with PEM key and trust
+//! stores and optionally `ssl.clientAuth=need`) and SASL DIGEST-MD5 users
+//! from a JAAS file, optionally required of every client. The plaintext
+//! client port stays open for the harness's own health checks; the quorum
+//! stays plaintext.
 
 use std::fmt;
 use std::fs;
@@ -34,7 +41,7 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::etcd_cluster::cache_dir;
+use crate::etcd_cluster::{cache_dir, TlsFiles};
 use crate::Reaped;
 
 /// The ZooKeeper release of the Debian package `libzookeeper-java`.
@@ -87,6 +94,110 @@ const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
 const START_ATTEMPTS: usize = 3;
 /// The most servers an ensemble may have (each is a JVM).
 const MAX_SERVERS: usize = 7;
+
+/// The server connection factory that can serve TLS.
+const NETTY_FACTORY: &str = "org.apache.zookeeper.server.NettyServerCnxnFactory";
+/// The ZooKeeper error codes `AUTHFAILED` and
+/// `SESSIONCLOSEDREQUIRESASLAUTH`: answers to a request of an
+/// unauthenticated session when authentication is enforced (3.8 and 3.9
+/// answer the latter).
+const ZK_AUTH_REFUSED: [i32; 2] = [-115, -124];
+
+/// How to start an ensemble; [`ZkOptions::new`] gives a plain one (what
+/// [`ZkEnsemble::start`] runs).
+#[derive(Debug, Clone)]
+pub struct ZkOptions {
+    /// Which release runs.
+    pub version: ZkVersion,
+    /// How many servers (1: standalone).
+    pub servers: usize,
+    /// Also serve clients over TLS on a second port (see
+    /// [`ZkEnsemble::secure_endpoints`]) with the server certificate and
+    /// key of these files, trusting their CA. The files must outlive the
+    /// ensemble's restarts (only the server's key and certificate are
+    /// copied into the ensemble's directory).
+    pub tls: Option<TlsFiles>,
+    /// With `tls`: refuse TLS clients without a certificate signed by the
+    /// CA (`ssl.clientAuth=need`); otherwise `ssl.clientAuth=none`.
+    pub client_auth: bool,
+    /// SASL DIGEST-MD5 users (`name`, `password`) the servers accept.
+    pub sasl_users: Vec<(String, String)>,
+    /// With `sasl_users`: refuse every request of a session that has not
+    /// authenticated with SASL (`enforce.auth.enabled=true`,
+    /// `enforce.auth.schemes=sasl`). The harness's health check then only
+    /// opens sessions (the server refuses to close them) and leaves them
+    /// to expire.
+    pub require_sasl: bool,
+}
+
+impl ZkOptions {
+    /// `servers` servers of `version`, no TLS, no SASL.
+    pub fn new(version: ZkVersion, servers: usize) -> Self {
+        ZkOptions {
+            version,
+            servers,
+            tls: None,
+            client_auth: false,
+            sasl_users: Vec::new(),
+            require_sasl: false,
+        }
+    }
+
+    /// Serves TLS on a second client port with `files`; `client_auth`
+    /// requires client certificates.
+    #[must_use]
+    pub fn tls(mut self, files: TlsFiles, client_auth: bool) -> Self {
+        self.tls = Some(files);
+        self.client_auth = client_auth;
+        self
+    }
+
+    /// Accepts SASL DIGEST-MD5 user `name` with `password`.
+    #[must_use]
+    pub fn sasl_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl_users.push((name.into(), password.into()));
+        self
+    }
+
+    /// Refuses sessions that have not authenticated with SASL.
+    #[must_use]
+    pub fn require_sasl(mut self, require: bool) -> Self {
+        self.require_sasl = require;
+        self
+    }
+
+    fn check(&self) -> Result<(), ZkHarnessError> {
+        if self.servers == 0 || self.servers > MAX_SERVERS {
+            return Err(ZkHarnessError::Usage(format!(
+                "an ensemble has 1 to {MAX_SERVERS} servers, not {}",
+                self.servers
+            )));
+        }
+        if self.client_auth && self.tls.is_none() {
+            return Err(ZkHarnessError::Usage(
+                "client_auth needs tls files".to_string(),
+            ));
+        }
+        if self.require_sasl && self.sasl_users.is_empty() {
+            return Err(ZkHarnessError::Usage(
+                "require_sasl needs at least one SASL user".to_string(),
+            ));
+        }
+        for (name, password) in &self.sasl_users {
+            let plain = |s: &str| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            };
+            if !plain(name) || password.contains(['"', '\\', '\n']) {
+                return Err(ZkHarnessError::Usage(format!(
+                    "SASL user {name:?}: names are [A-Za-z0-9._-]+ and passwords have no quotes, backslashes or newlines"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Which ZooKeeper release an ensemble runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -287,6 +398,26 @@ pub async fn four_letter_word(
 /// `Mode: follower` for a moment after it continues, before it notices that
 /// the leader dropped it. The whole exchange takes at most `timeout`.
 pub async fn session_roundtrip(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
+    session_exchange(addr, timeout, true).await
+}
+
+/// Like [`session_roundtrip`], but for a server that enforces
+/// authentication: opens a session with a bare handshake, then asks to
+/// close it and also accepts the refusal (`SESSIONCLOSEDREQUIRESASLAUTH`
+/// or `AUTHFAILED`) as an answer: the server refuses every request of an
+/// unauthenticated session, drops the connection, and the session expires
+/// after 4 s. The session's creation
+/// is a quorum transaction, so this still proves that the server reaches a
+/// working leader.
+pub async fn session_open(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
+    session_exchange(addr, timeout, false).await
+}
+
+async fn session_exchange(
+    addr: &str,
+    timeout: Duration,
+    must_close: bool,
+) -> Result<i64, ZkHarnessError> {
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await?;
         // ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId,
@@ -321,7 +452,7 @@ pub async fn session_roundtrip(addr: &str, timeout: Duration) -> Result<i64, ZkH
             return Err(bad_data("short close response"));
         }
         let err = i32::from_be_bytes(reply[12..16].try_into().expect("4 bytes"));
-        if err != 0 {
+        if err != 0 && (must_close || !ZK_AUTH_REFUSED.contains(&err)) {
             return Err(bad_data(&format!(
                 "closing the session failed with code {err}"
             )));
@@ -366,6 +497,8 @@ async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 /// One server of an ensemble.
 struct Server {
     client_port: u16,
+    /// The TLS client port (`secureClientPort`); unused without TLS.
+    secure_port: u16,
     quorum_port: u16,
     election_port: u16,
     /// Holds `zoo.cfg`, `data/myid` and the snapshots and logs.
@@ -387,6 +520,11 @@ pub struct ZkEnsemble {
     version: ZkVersion,
     java: PathBuf,
     classpath: String,
+    options: ZkOptions,
+    /// The JAAS file with the SASL users, if there are any.
+    jaas: Option<PathBuf>,
+    /// The PEM file with the servers' private key and certificate.
+    key_store: Option<PathBuf>,
     servers: Vec<Server>,
     /// Declared last: removed after the servers are dead.
     dir: TempDir,
@@ -408,11 +546,14 @@ impl ZkEnsemble {
     /// serves, as a follower of exactly one leader or standalone. Tries
     /// fresh ports again when a server finds its port taken.
     pub async fn start(version: ZkVersion, servers: usize) -> Result<Self, ZkHarnessError> {
-        if servers == 0 || servers > MAX_SERVERS {
-            return Err(ZkHarnessError::Usage(format!(
-                "an ensemble has 1 to {MAX_SERVERS} servers, not {servers}"
-            )));
-        }
+        Self::start_with(ZkOptions::new(version, servers)).await
+    }
+
+    /// Starts an ensemble as `options` say (TLS, SASL; see [`ZkOptions`])
+    /// and waits, as [`ZkEnsemble::start`] does, until it is healthy.
+    pub async fn start_with(options: ZkOptions) -> Result<Self, ZkHarnessError> {
+        options.check()?;
+        let version = options.version;
         let classpath = version.classpath()?;
         let java = find_java().ok_or(ZkHarnessError::MissingInstall {
             version,
@@ -420,7 +561,7 @@ impl ZkEnsemble {
         })?;
         let mut attempt = 1;
         loop {
-            match Self::try_start(version, servers, &java, &classpath).await {
+            match Self::try_start(&options, &java, &classpath).await {
                 Err(e) if e.is_port_clash() && attempt < START_ATTEMPTS => attempt += 1,
                 result => return result,
             }
@@ -428,31 +569,65 @@ impl ZkEnsemble {
     }
 
     async fn try_start(
-        version: ZkVersion,
-        count: usize,
+        options: &ZkOptions,
         java: &Path,
         classpath: &str,
     ) -> Result<Self, ZkHarnessError> {
+        let count = options.servers;
         let dir = tempfile::Builder::new()
             .prefix("fencing-zk-")
             .tempdir()
             .map_err(|e| ZkHarnessError::io("creating the ensemble directory", e))?;
-        let ports = free_ports(3 * count)?;
+        let per_server = if options.tls.is_some() { 4 } else { 3 };
+        let ports = free_ports(per_server * count)?;
         let servers: Vec<Server> = (0..count)
             .map(|i| Server {
-                client_port: ports[3 * i],
-                quorum_port: ports[3 * i + 1],
-                election_port: ports[3 * i + 2],
+                client_port: ports[per_server * i],
+                quorum_port: ports[per_server * i + 1],
+                election_port: ports[per_server * i + 2],
+                secure_port: if per_server == 4 {
+                    ports[per_server * i + 3]
+                } else {
+                    0
+                },
                 config: dir.path().join(format!("zk{i}")).join("zoo.cfg"),
                 log: dir.path().join(format!("zk{i}.log")),
                 process: Mutex::new(None),
                 paused: AtomicBool::new(false),
             })
             .collect();
+        let jaas = if options.sasl_users.is_empty() {
+            None
+        } else {
+            let path = dir.path().join("jaas.conf");
+            write_file(&path, &jaas_config(&options.sasl_users))?;
+            Some(path)
+        };
+        let key_store = match &options.tls {
+            None => None,
+            Some(files) => {
+                let read = |p: &Path| {
+                    fs::read_to_string(p)
+                        .map_err(|e| ZkHarnessError::io(format!("reading {}", p.display()), e))
+                };
+                // ZooKeeper's PEM key store is one file: key, then chain.
+                let pem = format!(
+                    "{}\n{}",
+                    read(&files.server_key)?.trim_end(),
+                    read(&files.server_cert)?
+                );
+                let path = dir.path().join("server-keystore.pem");
+                write_file(&path, &pem)?;
+                Some(path)
+            }
+        };
         let mut ensemble = ZkEnsemble {
-            version,
+            version: options.version,
             java: java.to_path_buf(),
             classpath: classpath.to_string(),
+            options: options.clone(),
+            jaas,
+            key_store,
             servers,
             dir,
         };
@@ -488,6 +663,36 @@ impl ZkEnsemble {
             data.display(),
             s.client_port,
         );
+        if let (Some(files), Some(key_store)) = (&self.options.tls, &self.key_store) {
+            // Keys ZooKeeper does not know become `zookeeper.`-prefixed
+            // system properties, which is where the TLS settings live.
+            cfg.push_str(&format!(
+                "secureClientPort={}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory={NETTY_FACTORY}\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                s.secure_port,
+                key_store.display(),
+                files.ca_cert.display(),
+                if self.options.client_auth {
+                    "need"
+                } else {
+                    "none"
+                },
+            ));
+        }
+        if !self.options.sasl_users.is_empty() {
+            cfg.push_str(
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n",
+            );
+            if self.options.require_sasl {
+                cfg.push_str("enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n");
+            }
+        }
         if self.servers.len() > 1 {
             for (j, other) in self.servers.iter().enumerate() {
                 cfg.push_str(&format!(
@@ -527,8 +732,14 @@ impl ZkEnsemble {
             // A dead peer's election port is noticed within a second.
             .arg("-Dzookeeper.cnxTimeout=1000")
             .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
-            .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
-            .arg("-cp")
+            .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS");
+        if let Some(jaas) = &self.jaas {
+            cmd.arg(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+        }
+        cmd.arg("-cp")
             .arg(&self.classpath)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&s.config);
@@ -586,6 +797,22 @@ impl ZkEnsemble {
     /// Client address `127.0.0.1:PORT` of server `i`.
     pub fn endpoint(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.servers[i].client_port)
+    }
+
+    /// TLS client addresses `127.0.0.1:PORT` (the `secureClientPort`s) of
+    /// all servers, in server order; empty without TLS.
+    pub fn secure_endpoints(&self) -> Vec<String> {
+        if self.options.tls.is_none() {
+            return Vec::new();
+        }
+        (0..self.servers.len())
+            .map(|i| format!("127.0.0.1:{}", self.servers[i].secure_port))
+            .collect()
+    }
+
+    /// The options the ensemble was started with.
+    pub fn options(&self) -> &ZkOptions {
+        &self.options
     }
 
     /// How many servers the ensemble has (running or not).
@@ -768,7 +995,8 @@ impl ZkEnsemble {
         };
         // Every server really reaches the leader (see session_roundtrip).
         for i in self.live() {
-            session_roundtrip(&self.endpoint(i), FOUR_LETTER_TIMEOUT).await?;
+            let must_close = !self.options.require_sasl;
+            session_exchange(&self.endpoint(i), FOUR_LETTER_TIMEOUT, must_close).await?;
         }
         Ok(leader)
     }
@@ -850,6 +1078,23 @@ impl Drop for ZkEnsemble {
             self.kill(i);
         }
     }
+}
+
+/// A JAAS configuration whose `Server` section accepts `users` with
+/// DIGEST-MD5.
+fn jaas_config(users: &[(String, String)]) -> String {
+    let mut jaas =
+        String::from("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required");
+    for (name, password) in users {
+        jaas.push_str(&format!("\n    user_{name}=\"{password}\""));
+    }
+    jaas.push_str(";\n};\n");
+    jaas
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), ZkHarnessError> {
+    fs::write(path, contents)
+        .map_err(|e| ZkHarnessError::io(format!("writing {}", path.display()), e))
 }
 
 /// The `java` to run: `$JAVA_HOME/bin/java` if that exists, else the first
