@@ -117,17 +117,25 @@ impl Session {
         if let Some(tls) = &cfg.tls {
             connector = connector.with_tls(tls_options(tls).await?);
         }
-        let client =
-            match tokio::time::timeout(cfg.request_timeout, connector.connect(&hosts)).await {
-                Ok(Ok(client)) => client,
-                Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        operation: format!("ZooKeeper connect to [{hosts}]"),
-                        after: cfg.request_timeout,
-                    })
-                }
-            };
+        // Bare host:port endpoints are plaintext to the client crate unless
+        // the whole connection string is opened as secure.
+        let connecting = async {
+            if cfg.tls.is_some() {
+                connector.secure_connect(&hosts).await
+            } else {
+                connector.connect(&hosts).await
+            }
+        };
+        let client = match tokio::time::timeout(cfg.request_timeout, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: format!("ZooKeeper connect to [{hosts}]"),
+                    after: cfg.request_timeout,
+                })
+            }
+        };
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, timeout));
         let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
@@ -171,6 +179,11 @@ async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
             .map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
     };
     let bad = |e: zookeeper_client::Error| Error::Config(format!("ZooKeeper TLS files: {e}"));
+    // With both rustls backends compiled in (etcd's tonic brings ring, this
+    // client aws-lc-rs) rustls cannot pick a default provider by itself.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
     let mut options = TlsOptions::new()
         .with_pem_ca(&read(tls.ca.clone()).await?)
         .map_err(bad)?;
