@@ -11,8 +11,9 @@ use crate::ident::Ident;
 /// when the row's fence column is not above the token, and sets it to the
 /// token: `UPDATE t SET c1 = $3, ..., fence = $2 WHERE key = $1 AND fence <= $2`.
 ///
-/// It runs as one statement, one round trip. A refused update reports
-/// [`Error::Stale`] with the row's fence, read in the same statement.
+/// A write that passes is one statement, one round trip. A refused update
+/// reports [`Error::Stale`] with the row's fence, read by a second query on
+/// that path only.
 ///
 /// ```no_run
 /// # async fn demo(client: &tokio_postgres::Client, token: fencing_core::FencingToken) -> fencing_core::Result<()> {
@@ -51,11 +52,10 @@ impl FencedUpdate {
             sets.push(format!("{} = ${}", Ident::new(c)?.sql(), i + 3));
         }
         sets.push(format!("{f} = $2"));
-        // Both parts see one snapshot: `current` is the fence the refused
-        // update ran into (or a row created after the snapshot: NULL).
+        // A write that passes is this one statement; only a refused update
+        // costs a second round trip, to read the fence that refused it.
         let sql = format!(
-            "WITH upd AS (UPDATE {t} SET {} WHERE {k} = $1 AND {f} <= $2 RETURNING 1) \
-             SELECT (SELECT count(*) FROM upd), (SELECT {f} FROM {t} WHERE {k} = $1)",
+            "UPDATE {t} SET {} WHERE {k} = $1 AND {f} <= $2",
             sets.join(", ")
         );
         Ok(FencedUpdate {
@@ -112,26 +112,20 @@ impl PreparedUpdate {
         params.push(key);
         params.push(&fence);
         params.extend_from_slice(values);
-        let row = client
-            .query_one(&self.statement, &params)
+        let updated = client
+            .execute(&self.statement, &params)
             .await
             .map_err(crate::pg_error)?;
-        let (updated, current): (i64, Option<i64>) = (row.get(0), row.get(1));
         if updated > 0 {
-            return Ok(updated as u64);
+            return Ok(updated);
         }
-        let current = match current {
-            Some(c) if c > fence => c,
-            // A concurrent writer raised the fence after our snapshot (the
-            // update re-checked the newest row and refused): read it anew.
-            _ => match client
-                .query_opt(&self.refetch, &[key])
-                .await
-                .map_err(crate::pg_error)?
-            {
-                Some(r) => r.get(0),
-                None => return Ok(0),
-            },
+        let current: i64 = match client
+            .query_opt(&self.refetch, &[key])
+            .await
+            .map_err(crate::pg_error)?
+        {
+            Some(r) => r.get(0),
+            None => return Ok(0),
         };
         Err(Error::Stale {
             presented: token,
