@@ -214,6 +214,15 @@ pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool>
         .is_some_and(|kv| kv.create_revision() == rev))
 }
 
+/// Deletes my key, whatever incarnation: only for a grant's release, while
+/// the source's local lock keeps any newer grant of this session on the
+/// same lock from existing. A plain delete, like Go's `Unlock`.
+pub(crate) async fn delete(conn: &Conn, key: &str) -> Result<()> {
+    conn.call("unlock", |mut c| async move { c.delete(key, None).await })
+        .await
+        .map(drop)
+}
+
 /// Which incarnation of my key to delete.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Incarnation {

@@ -253,7 +253,6 @@ impl EtcdSource {
         let backend = EtcdGrant {
             conn: conn.clone(),
             key: keys.mine,
-            rev: attempt.rev,
             watcher,
             _session: session,
             _local: pending.disarm(),
@@ -322,7 +321,6 @@ impl Drop for PendingKey {
 struct EtcdGrant {
     conn: Conn,
     key: String,
-    rev: i64,
     watcher: JoinHandle<()>,
     _session: Arc<Session>,
     _local: OwnedMutexGuard<()>,
@@ -338,7 +336,8 @@ impl Drop for EtcdGrant {
 impl GrantBackend for EtcdGrant {
     async fn release(self: Box<Self>) -> Result<()> {
         self.watcher.abort();
-        lock::unlock(&self.conn, &self.key, Incarnation::Created(self.rev)).await
+        // `_local` is still held here, so no newer key of ours exists yet.
+        lock::delete(&self.conn, &self.key).await
     }
 }
 
