@@ -20,20 +20,8 @@ die() {
     exit 1
 }
 
-apt_updated=0
-apt_log="$(mktemp)"
-trap 'rm -f "$apt_log"' EXIT
-apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
-    if [ "$apt_updated" = 0 ]; then
-        apt-get update -qq >"$apt_log" 2>&1 || die "apt-get update failed:
-$(tail -20 "$apt_log")"
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
-        >"$apt_log" 2>&1 || die "apt-get install $* failed:
-$(tail -20 "$apt_log")"
-}
+# shellcheck source=../lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
 
 # --- protoc -----------------------------------------------------------------
 # The compiler and the well-known types it imports (google/protobuf/*.proto,
@@ -52,27 +40,7 @@ fi
 if [ -x /usr/bin/etcd ] && command -v etcdctl >/dev/null 2>&1; then
     echo "etcd 3.4: reusing /usr/bin/etcd ($(/usr/bin/etcd --version 2>/dev/null | head -1))"
 else
-    # Keep the package from starting etcd as a system service: invoke-rc.d
-    # consults policy-rc.d, and 101 means "action forbidden".
-    policy=/usr/sbin/policy-rc.d
-    policy_backup=""
-    if [ -e "$policy" ]; then
-        policy_backup="$(mktemp)"
-        cp -p "$policy" "$policy_backup"
-    fi
-    restore_policy() {
-        if [ -n "$policy_backup" ]; then
-            mv -f "$policy_backup" "$policy"
-        else
-            rm -f "$policy"
-        fi
-    }
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
-    trap 'restore_policy; rm -f "$apt_log"' EXIT
-    apt_install etcd-server etcd-client
-    restore_policy
-    trap 'rm -f "$apt_log"' EXIT
+    apt_install_without_services etcd-server etcd-client
     # If a service manager started it anyway, stop that system etcd: the
     # tests run their own clusters and need no daemon on port 2379.
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then

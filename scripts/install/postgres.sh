@@ -14,20 +14,8 @@ die() {
     exit 1
 }
 
-apt_updated=0
-apt_log="$(mktemp)"
-trap 'rm -f "$apt_log"' EXIT
-apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
-    if [ "$apt_updated" = 0 ]; then
-        apt-get update -qq >"$apt_log" 2>&1 || die "apt-get update failed:
-$(tail -20 "$apt_log")"
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
-        >"$apt_log" 2>&1 || die "apt-get install $* failed:
-$(tail -20 "$apt_log")"
-}
+# shellcheck source=../lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
 
 # The newest /usr/lib/postgresql/<ver>/bin with a server in it, or nothing.
 newest_bin() {
@@ -50,27 +38,7 @@ bin="$(newest_bin)"
 if [ -n "$bin" ]; then
     echo "postgres: reusing $bin ($("$bin/postgres" --version))"
 else
-    # Keep the package from starting the distribution's cluster: invoke-rc.d
-    # consults policy-rc.d, and 101 means "action forbidden".
-    policy=/usr/sbin/policy-rc.d
-    policy_backup=""
-    if [ -e "$policy" ]; then
-        policy_backup="$(mktemp)"
-        cp -p "$policy" "$policy_backup"
-    fi
-    restore_policy() {
-        if [ -n "$policy_backup" ]; then
-            mv -f "$policy_backup" "$policy"
-        else
-            rm -f "$policy"
-        fi
-    }
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
-    trap 'restore_policy; rm -f "$apt_log"' EXIT
-    apt_install postgresql
-    restore_policy
-    trap 'rm -f "$apt_log"' EXIT
+    apt_install_without_services postgresql
     # If a cluster got started anyway (a service manager, a package script
     # that ignores policy-rc.d), stop it: the tests need no system server.
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet postgresql 2>/dev/null; then

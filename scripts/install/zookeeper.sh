@@ -32,20 +32,8 @@ die() {
     exit 1
 }
 
-apt_updated=0
-apt_log="$(mktemp)"
-trap 'rm -f "$apt_log"' EXIT
-apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
-    if [ "$apt_updated" = 0 ]; then
-        apt-get update -qq >"$apt_log" 2>&1 || die "apt-get update failed:
-$(tail -20 "$apt_log")"
-        apt_updated=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
-        >"$apt_log" 2>&1 || die "apt-get install $* failed:
-$(tail -20 "$apt_log")"
-}
+# shellcheck source=../lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
 
 # The version a classpath's ZooKeeper reports, e.g. "3.8.0".
 zk_version() {
