@@ -110,3 +110,17 @@ impl Harness for EtcdFixture {
         TEST_TTL
     }
 }
+
+#[async_trait]
+impl crate::scenarios::LeaderFaults for crate::etcd_cluster::EtcdCluster {
+    async fn kill_leader(&mut self) -> usize {
+        let leader = self.leader().await.expect("a leader");
+        self.kill(leader);
+        self.wait_healthy().await.expect("the others serve");
+        leader
+    }
+
+    async fn restart(&mut self, member: usize) {
+        EtcdCluster::restart(self, member).await.expect("restart");
+    }
+}

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource, ResourceName};
+use fencing::{AcquireOptions, FencingSource, FencingToken, ResourceName};
 use fencing_testkit::History;
 
 /// Waiters in the herd test.
@@ -114,4 +114,73 @@ pub fn check_interop(mut held: Vec<Held>, label: &str) {
         switches >= 2,
         "the two sides never really contended: {held:?}"
     );
+}
+
+/// What the leader-loss scenario needs from a cluster.
+#[async_trait::async_trait]
+pub trait LeaderFaults: Send {
+    /// Kills the current leader and waits until the rest serve again;
+    /// returns its index.
+    async fn kill_leader(&mut self) -> usize;
+    /// Starts a killed member again on its data.
+    async fn restart(&mut self, member: usize);
+}
+
+/// The leader dies while `a` holds the lock and `b` waits for it: `a` keeps
+/// its grant, `b` does not get in before `a` releases, and the tokens of
+/// `a`, `b` and then `c` (after the old leader is back) strictly increase.
+/// Returns the three tokens.
+pub async fn leader_loss<S>(
+    cluster: &mut impl LeaderFaults,
+    a: S,
+    b: S,
+    c: S,
+    ttl: Duration,
+) -> [FencingToken; 3]
+where
+    S: FencingSource + Clone + 'static,
+{
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30));
+    let history = History::new();
+    let lock = ResourceName::new("leader-kill").unwrap();
+    let ga = a.acquire(&lock, &opts).await.unwrap();
+    history.granted(0, ga.token()).await;
+    let waiter = tokio::spawn({
+        let (lock, history, opts) = (lock.clone(), history.clone(), opts.clone());
+        async move {
+            let g = b.acquire(&lock, &opts).await.expect("waiter acquire");
+            history.granted(1, g.token()).await;
+            g
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let leader = cluster.kill_leader().await;
+    assert!(
+        !waiter.is_finished(),
+        "waiter got the lock while it was held"
+    );
+    assert!(
+        a.validate(&ga).await.unwrap(),
+        "holder lost its lock to a leader change"
+    );
+    let first = ga.token();
+    history.released(0, first).await;
+    ga.release().await.unwrap();
+    let gb = waiter.await.unwrap();
+    cluster.restart(leader).await;
+    let second = gb.token();
+    history.released(1, second).await;
+    gb.release().await.unwrap();
+    let gc = c.acquire(&lock, &opts).await.unwrap();
+    let third = gc.token();
+    history.granted(2, third).await;
+    gc.release().await.unwrap();
+    history.check().await.unwrap();
+    assert!(
+        first < second && second < third,
+        "tokens {first}, {second}, {third}"
+    );
+    [first, second, third]
 }

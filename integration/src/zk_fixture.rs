@@ -90,3 +90,17 @@ impl Harness for ZkFixture {
         TEST_SESSION_TIMEOUT
     }
 }
+
+#[async_trait]
+impl crate::scenarios::LeaderFaults for ZkEnsemble {
+    async fn kill_leader(&mut self) -> usize {
+        let leader = self.leader().await.expect("a leader");
+        self.kill(leader);
+        self.wait_healthy().await.expect("the others serve");
+        leader
+    }
+
+    async fn restart(&mut self, member: usize) {
+        ZkEnsemble::restart(self, member).await.expect("restart");
+    }
+}

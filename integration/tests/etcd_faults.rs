@@ -9,7 +9,6 @@ use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
 use fencing_integration::scenarios;
-use fencing_testkit::History;
 
 fn r(name: &str) -> ResourceName {
     ResourceName::new(name).unwrap()
@@ -25,46 +24,8 @@ fn opts(ttl: Duration) -> AcquireOptions {
 /// tokens keep increasing and the lock never has two holders.
 async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
     let mut f = EtcdFixture::start(version).await;
-    let ttl = Duration::from_secs(5);
-    let (a, b) = (f.source().await, f.source().await);
-    let history = History::new();
-    let lock = r("leader-kill");
-    let ga = a.acquire(&lock, &opts(ttl)).await.unwrap();
-    history.granted(0, ga.token()).await;
-    let waiter = tokio::spawn({
-        let (b, lock, history) = (b.clone(), lock.clone(), history.clone());
-        async move {
-            let g = b.acquire(&lock, &opts(ttl)).await.expect("waiter acquire");
-            history.granted(1, g.token()).await;
-            g
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let leader = f.cluster.leader().await.unwrap();
-    f.cluster.kill(leader);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        !waiter.is_finished(),
-        "waiter got the lock while it was held"
-    );
-    assert!(
-        a.validate(&ga).await.unwrap(),
-        "holder lost its lock to a leader change"
-    );
-    history.released(0, ga.token()).await;
-    let first = ga.token();
-    ga.release().await.unwrap();
-    let gb = waiter.await.unwrap();
-    assert!(gb.token() > first);
-    f.cluster.restart(leader).await.unwrap();
-    let second = gb.token();
-    history.released(1, second).await;
-    gb.release().await.unwrap();
-    let gc = f.source().await.acquire(&lock, &opts(ttl)).await.unwrap();
-    history.granted(2, gc.token()).await;
-    assert!(gc.token() > second);
-    history.check().await.unwrap();
-    gc.release().await.unwrap();
+    let (a, b, c) = (f.source().await, f.source().await, f.source().await);
+    scenarios::leader_loss(&mut f.cluster, a, b, c, Duration::from_secs(5)).await;
 }
 
 /// Every member restarts (same data): tokens continue upward.

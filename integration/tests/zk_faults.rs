@@ -10,7 +10,6 @@ use fencing_integration::proxy::Proxy;
 use fencing_integration::scenarios;
 use fencing_integration::zk_ensemble::ZkVersion;
 use fencing_integration::zk_fixture::ZkFixture;
-use fencing_testkit::History;
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 fn r(name: &str) -> ResourceName {
@@ -27,51 +26,14 @@ fn opts(session_timeout: Duration) -> AcquireOptions {
 /// tokens keep increasing across the new epoch; never two holders.
 async fn leader_killed_while_held_and_waited_for(version: ZkVersion) {
     let mut f = ZkFixture::start(version).await;
-    let long = Duration::from_secs(6);
-    let (a, b) = (f.source().await, f.source().await);
-    let history = History::new();
-    let lock = r("leader-kill");
-    let ga = a.acquire(&lock, &opts(long)).await.unwrap();
-    history.granted(0, ga.token()).await;
-    let waiter = tokio::spawn({
-        let (b, lock, history) = (b.clone(), lock.clone(), history.clone());
-        async move {
-            let g = b.acquire(&lock, &opts(long)).await.expect("waiter acquire");
-            history.granted(1, g.token()).await;
-            g
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let leader = f.ensemble.leader().await.unwrap();
-    f.ensemble.kill(leader);
-    f.ensemble.wait_healthy().await.unwrap();
-    assert!(
-        !waiter.is_finished(),
-        "waiter got the lock while it was held"
-    );
-    assert!(
-        a.validate(&ga).await.unwrap(),
-        "holder lost its lock to a leader change"
-    );
-    history.released(0, ga.token()).await;
-    let first = ga.token();
-    ga.release().await.unwrap();
-    let gb = waiter.await.unwrap();
-    assert!(gb.token() > first, "{} after {first}", gb.token());
-    f.ensemble.restart(leader).await.unwrap();
-    let second = gb.token();
-    history.released(1, second).await;
-    gb.release().await.unwrap();
-    let gc = f.source().await.acquire(&lock, &opts(long)).await.unwrap();
-    history.granted(2, gc.token()).await;
-    assert!(gc.token() > second);
+    let (a, b, c) = (f.source().await, f.source().await, f.source().await);
+    let [first, _, third] =
+        scenarios::leader_loss(&mut f.ensemble, a, b, c, Duration::from_secs(6)).await;
     let epoch = |t: FencingToken| t.get() >> 32;
     assert!(
-        epoch(gc.token()) > epoch(first),
+        epoch(third) > epoch(first),
         "no new epoch in the zxid after the leader change"
     );
-    history.check().await.unwrap();
-    gc.release().await.unwrap();
 }
 
 /// Every server restarts (same data): tokens continue upward.
