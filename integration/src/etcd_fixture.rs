@@ -112,7 +112,7 @@ impl Harness for EtcdFixture {
 }
 
 #[async_trait]
-impl crate::scenarios::LeaderFaults for crate::etcd_cluster::EtcdCluster {
+impl crate::scenarios::ClusterFaults for crate::etcd_cluster::EtcdCluster {
     async fn kill_leader(&mut self) -> usize {
         let leader = self.leader().await.expect("a leader");
         self.kill(leader);
@@ -122,5 +122,9 @@ impl crate::scenarios::LeaderFaults for crate::etcd_cluster::EtcdCluster {
 
     async fn restart(&mut self, member: usize) {
         EtcdCluster::restart(self, member).await.expect("restart");
+    }
+
+    async fn restart_all(&mut self) {
+        EtcdCluster::restart_all(self).await.expect("restart all");
     }
 }

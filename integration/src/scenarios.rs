@@ -116,9 +116,11 @@ pub fn check_interop(mut held: Vec<Held>, label: &str) {
     );
 }
 
-/// What the leader-loss scenario needs from a cluster.
+/// What the fault scenarios need from a cluster.
 #[async_trait::async_trait]
-pub trait LeaderFaults: Send {
+pub trait ClusterFaults: Send {
+    /// Kills every member and starts them all again on their data.
+    async fn restart_all(&mut self);
     /// Kills the current leader and waits until the rest serve again;
     /// returns its index.
     async fn kill_leader(&mut self) -> usize;
@@ -131,7 +133,7 @@ pub trait LeaderFaults: Send {
 /// `a`, `b` and then `c` (after the old leader is back) strictly increase.
 /// Returns the three tokens.
 pub async fn leader_loss<S>(
-    cluster: &mut impl LeaderFaults,
+    cluster: &mut impl ClusterFaults,
     a: S,
     b: S,
     c: S,
@@ -183,4 +185,30 @@ where
         "tokens {first}, {second}, {third}"
     );
     [first, second, third]
+}
+
+/// Every member restarts on its data: the next grant's token is above the
+/// last one handed out before. `connect` makes a fresh client (clients of
+/// the old processes are not reused).
+pub async fn full_restart<S, C, CF>(cluster: &mut impl ClusterFaults, connect: C)
+where
+    S: FencingSource,
+    C: Fn() -> CF,
+    CF: Future<Output = S>,
+{
+    let opts = AcquireOptions::new()
+        .ttl(Duration::from_secs(2))
+        .timeout(Duration::from_secs(30));
+    let lock = ResourceName::new("restart-all").unwrap();
+    let g = connect().await.acquire(&lock, &opts).await.unwrap();
+    let before = g.token();
+    g.release().await.unwrap();
+    cluster.restart_all().await;
+    let g = connect().await.acquire(&lock, &opts).await.unwrap();
+    assert!(
+        g.token() > before,
+        "token {} after restart, {before} before",
+        g.token()
+    );
+    g.release().await.unwrap();
 }

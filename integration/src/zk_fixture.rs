@@ -92,7 +92,7 @@ impl Harness for ZkFixture {
 }
 
 #[async_trait]
-impl crate::scenarios::LeaderFaults for ZkEnsemble {
+impl crate::scenarios::ClusterFaults for ZkEnsemble {
     async fn kill_leader(&mut self) -> usize {
         let leader = self.leader().await.expect("a leader");
         self.kill(leader);
@@ -102,5 +102,9 @@ impl crate::scenarios::LeaderFaults for ZkEnsemble {
 
     async fn restart(&mut self, member: usize) {
         ZkEnsemble::restart(self, member).await.expect("restart");
+    }
+
+    async fn restart_all(&mut self) {
+        ZkEnsemble::restart_all(self).await.expect("restart all");
     }
 }

@@ -31,29 +31,9 @@ async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
 /// Every member restarts (same data): tokens continue upward.
 async fn all_members_restarted(version: EtcdVersion) {
     let mut f = EtcdFixture::start(version).await;
-    let lock = r("restart-all");
-    let before = {
-        let s = f.source().await;
-        let g = s
-            .acquire(&lock, &opts(Duration::from_secs(2)))
-            .await
-            .unwrap();
-        let t = g.token();
-        g.release().await.unwrap();
-        t
-    };
-    f.cluster.restart_all().await.unwrap();
-    let s = f.source().await;
-    let g = s
-        .acquire(&lock, &opts(Duration::from_secs(2)))
-        .await
-        .unwrap();
-    assert!(
-        g.token() > before,
-        "token {} after restart, {before} before",
-        g.token()
-    );
-    g.release().await.unwrap();
+    let cfg = f.config(f.cluster.endpoints());
+    let connect = || async { EtcdSource::connect(cfg.clone()).await.expect("connect") };
+    scenarios::full_restart(&mut f.cluster, connect).await;
 }
 
 /// The reference's pause with real processes: a holder frozen past its TTL
