@@ -58,19 +58,11 @@ impl EtcdFixture {
     /// A client whose every connection goes through a proxy the test can
     /// blackhole.
     pub async fn partitionable_source(&self) -> (EtcdSource, Partition) {
-        let mut proxies = Vec::new();
-        for ep in self.cluster.endpoints() {
-            proxies.push(
-                Proxy::start(ep.parse().expect("endpoint address"))
-                    .await
-                    .expect("proxy"),
-            );
-        }
-        let endpoints = proxies.iter().map(Proxy::endpoint).collect();
+        let (partition, endpoints) = Partition::around(self.cluster.endpoints()).await;
         let source = EtcdSource::connect(self.config(endpoints))
             .await
             .expect("connect via proxies");
-        (source, Partition(Arc::new(proxies)))
+        (source, partition)
     }
 }
 
@@ -79,9 +71,16 @@ impl EtcdFixture {
 pub struct Partition(Arc<Vec<Proxy>>);
 
 impl Partition {
-    /// Owns the proxies of one client.
-    pub fn new(proxies: Vec<Proxy>) -> Self {
-        Partition(Arc::new(proxies))
+    /// One proxy in front of each of `endpoints`; returns the partition and
+    /// the proxies' endpoints for the client to use instead.
+    pub async fn around(endpoints: Vec<String>) -> (Self, Vec<String>) {
+        let mut proxies = Vec::new();
+        for ep in endpoints {
+            let target = ep.parse().expect("endpoint address");
+            proxies.push(Proxy::start(target).await.expect("proxy"));
+        }
+        let through = proxies.iter().map(Proxy::endpoint).collect();
+        (Partition(Arc::new(proxies)), through)
     }
 
     /// Cuts (or restores) the client's network.

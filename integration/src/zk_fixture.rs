@@ -9,7 +9,6 @@ use fencing_testkit::{Client, Harness};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 use crate::etcd_fixture::Partition;
-use crate::proxy::Proxy;
 use crate::zk_ensemble::{ZkEnsemble, ZkVersion};
 
 /// Session timeout the ZooKeeper tests ask for.
@@ -63,19 +62,11 @@ impl ZkFixture {
 
     /// A client whose connections all go through proxies a test can blackhole.
     pub async fn partitionable_source(&self) -> (ZkSource, Partition) {
-        let mut proxies = Vec::new();
-        for ep in self.ensemble.endpoints() {
-            proxies.push(
-                Proxy::start(ep.parse().expect("endpoint address"))
-                    .await
-                    .expect("proxy"),
-            );
-        }
-        let hosts = proxies.iter().map(Proxy::endpoint).collect();
+        let (partition, hosts) = Partition::around(self.ensemble.endpoints()).await;
         let source = ZkSource::connect(self.config(hosts))
             .await
             .expect("connect via proxies");
-        (source, Partition::new(proxies))
+        (source, partition)
     }
 }
 
