@@ -40,6 +40,7 @@ mod grant;
 mod lease;
 mod local;
 mod resource;
+mod settings;
 mod source;
 mod token;
 
@@ -50,6 +51,7 @@ pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN};
+pub use settings::{is_host_port, positive_seconds};
 pub use source::{
     default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
 };

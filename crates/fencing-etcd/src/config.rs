@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::{Error, Result};
+use fencing_core::{is_host_port, positive_seconds, Error, Result};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
 /// sessions fail over faster, and a fenced store is safe either way).
@@ -129,12 +129,12 @@ impl EtcdConfig {
             match k {
                 "ttl" => {
                     cfg.ttl = whole_seconds(
-                        seconds(v)
+                        positive_seconds(v)
                             .ok_or_else(|| bad("ttl must be a positive number of seconds"))?,
                     )
                 }
                 "timeout" => {
-                    cfg.request_timeout = seconds(v)
+                    cfg.request_timeout = positive_seconds(v)
                         .ok_or_else(|| bad("timeout must be a positive number of seconds"))?
                 }
                 "user" => user = Some(v.to_owned()),
@@ -164,7 +164,7 @@ impl EtcdConfig {
     }
 
     fn check(&self) -> Result<()> {
-        if self.endpoints.is_empty() || self.endpoints.iter().any(|e| !valid_endpoint(e)) {
+        if self.endpoints.is_empty() || self.endpoints.iter().any(|e| !is_host_port(e)) {
             return Err(Error::Config(format!(
                 "etcd endpoints {:?} must each be host:port",
                 self.endpoints
@@ -185,20 +185,6 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn valid_endpoint(e: &str) -> bool {
-    match e.rsplit_once(':') {
-        Some((host, port)) => {
-            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
-        }
-        None => false,
-    }
-}
-
-fn seconds(v: &str) -> Option<Duration> {
-    let secs: f64 = v.parse().ok()?;
-    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
 }
 
 fn whole_seconds(ttl: Duration) -> Duration {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::{Error, Result};
+use fencing_core::{is_host_port, positive_seconds, Error, Result};
 
 /// Default session timeout asked of the ensemble (it may negotiate another
 /// within its min/max bounds; the negotiated one is what counts).
@@ -150,7 +150,8 @@ impl ZkConfig {
                 .split_once('=')
                 .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
             let secs = || {
-                seconds(v).ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
+                positive_seconds(v)
+                    .ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
             };
             match k {
                 "session_timeout" => cfg.session_timeout = secs()?,
@@ -186,7 +187,7 @@ impl ZkConfig {
     }
 
     fn check(&self) -> Result<()> {
-        if self.hosts.is_empty() || self.hosts.iter().any(|h| !valid_host(h)) {
+        if self.hosts.is_empty() || self.hosts.iter().any(|h| !is_host_port(h)) {
             return Err(Error::Config(format!(
                 "ZooKeeper hosts {:?} must each be host:port",
                 self.hosts
@@ -230,18 +231,6 @@ pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), String> {
         return Err("contains a control character".into());
     }
     Ok(())
-}
-
-fn valid_host(h: &str) -> bool {
-    match h.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    }
-}
-
-fn seconds(v: &str) -> Option<Duration> {
-    let secs: f64 = v.parse().ok()?;
-    (secs.is_finite() && secs > 0.0 && secs < 1e9).then(|| Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]
