@@ -1,0 +1,1 @@
+//! Leader election over any fencing source (work in progress).

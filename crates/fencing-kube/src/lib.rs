@@ -1,0 +1,1 @@
+//! Kubernetes backend for fencing (work in progress).
