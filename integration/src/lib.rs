@@ -6,6 +6,8 @@
 pub mod etcd_cluster;
 pub mod etcd_fixture;
 pub mod frozen;
+pub mod kube_cluster;
+pub mod kube_fixture;
 pub mod pg_server;
 pub mod proxy;
 pub mod scenarios;

@@ -1,0 +1,1 @@
+//! KubeLeaseSource fixtures on the real apiserver (work in progress).
