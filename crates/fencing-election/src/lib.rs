@@ -1,1 +1,50 @@
-//! Leader election over any fencing source (work in progress).
+//! Leader election over any [`FencingSource`](fencing_core::FencingSource),
+//! with client-go's names and defaults, where every term carries its own
+//! fencing token.
+//!
+//! Election alone cannot keep two leaders from acting at once: a leader that
+//! pauses longer than its lease still believes it leads. So each term here
+//! is a grant of the election's lock, and its token goes with every write
+//! the leader makes; the storage's gate refuses tokens of earlier terms.
+//!
+//! - [`LeaderElector::campaign`] waits until this candidate leads and
+//!   returns the term as a [`Leadership`];
+//! - [`LeaderElector::run`] campaigns, runs work while leading, and cancels
+//!   the work the moment leadership may be lost;
+//! - [`LeaderElector::observe`] reports the current leader and every change
+//!   to followers.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+//! use std::sync::Arc;
+//! use fencing_core::{Gate, LocalSource, MemoryGate, ResourceName};
+//! use fencing_election::{ElectionConfig, LeaderElector};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let source = Arc::new(LocalSource::open(dir.path())?);
+//! let election = ResourceName::new("compactor")?;
+//! let elector = LeaderElector::new(source, election.clone(), ElectionConfig::new("node-a"))?;
+//! let gate = MemoryGate::new(); // lives in the storage
+//!
+//! let leadership = elector.campaign().await?;
+//! gate.admit(&election, leadership.token()).await?; // a write of this term
+//! leadership.resign().await?;
+//!
+//! let mut followers = elector.observe();
+//! assert_eq!(followers.next().await?, None); // nobody leads now
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod config;
+mod elector;
+mod observer;
+mod term;
+
+pub use config::{
+    ElectionConfig, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+};
+pub use elector::LeaderElector;
+pub use observer::{Leader, Observer};
+pub use term::{LeaderContext, Leadership};

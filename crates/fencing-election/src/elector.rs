@@ -1,0 +1,187 @@
+//! The candidate: campaign, observe, run work while leading.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use fencing_core::{AcquireOptions, Error, FencingSource, ResourceName, Result};
+
+use crate::config::ElectionConfig;
+use crate::observer::Observer;
+use crate::term::{LeaderContext, Leadership};
+
+/// A candidate in one election, over any [`FencingSource`].
+///
+/// An election is a lock: the leader is the grant's holder, and each term
+/// is a new grant with its own fencing token. Cheap to clone.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+/// use std::sync::Arc;
+/// use fencing_core::{LocalSource, ResourceName};
+/// use fencing_election::{ElectionConfig, LeaderElector};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let source = Arc::new(LocalSource::open(dir.path())?);
+/// let elector = LeaderElector::new(
+///     source,
+///     ResourceName::new("scheduler")?,
+///     ElectionConfig::new("worker-1"),
+/// )?;
+/// let written = elector
+///     .run(|ctx| async move {
+///         // Send ctx.token() with every write; stop when ctx.lost() resolves.
+///         ctx.token()
+///     })
+///     .await?;
+/// assert!(written.get() > 0);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeaderElector {
+    source: Arc<dyn FencingSource>,
+    election: ResourceName,
+    config: ElectionConfig,
+}
+
+impl LeaderElector {
+    /// A candidate for `election` on `source`; refuses an invalid
+    /// configuration with [`Error::Config`].
+    pub fn new(
+        source: Arc<dyn FencingSource>,
+        election: ResourceName,
+        config: ElectionConfig,
+    ) -> Result<Self> {
+        config.validate()?;
+        Ok(LeaderElector {
+            source,
+            election,
+            config,
+        })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ElectionConfig {
+        &self.config
+    }
+
+    /// The election's name (the resource locked on the source).
+    #[must_use]
+    pub fn election(&self) -> &ResourceName {
+        &self.election
+    }
+
+    /// Waits until this candidate leads.
+    ///
+    /// The source's acquire does the waiting (etcd and ZooKeeper watch their
+    /// predecessor, LocalSource polls), with the lease duration as TTL and
+    /// the identity as holder. Transient errors (timeouts, backend and I/O
+    /// failures, a session lost while waiting) are logged and retried after
+    /// `retry_period`; configuration, permission and name errors return at
+    /// once, since retrying cannot fix them.
+    ///
+    /// Cancel-safe: dropping the future leaves no leadership behind. (A
+    /// grant the coordinator minted in the very moment of the drop is never
+    /// renewed and expires after the lease duration, as for any acquire.)
+    pub async fn campaign(&self) -> Result<Leadership> {
+        let options = AcquireOptions::new()
+            .ttl(self.config.lease_duration)
+            .holder(self.config.identity.clone());
+        loop {
+            let error = match self.source.acquire(&self.election, &options).await {
+                Ok(grant) => {
+                    let leadership = Leadership::new(grant, self.config.renew_deadline);
+                    // A grant that took longer than the renew deadline to
+                    // come back is no leadership: drop it and try again.
+                    if leadership.is_leader() {
+                        tracing::info!(
+                            election = %self.election,
+                            identity = %self.config.identity,
+                            token = %leadership.token(),
+                            "elected"
+                        );
+                        return Ok(leadership);
+                    }
+                    Error::lost(self.election.as_str(), "granted too late to lead")
+                }
+                Err(e) if is_transient(&e) => e,
+                Err(e) => return Err(e),
+            };
+            tracing::warn!(
+                election = %self.election,
+                error = %error,
+                retry_in = ?self.config.retry_period,
+                "campaign attempt failed"
+            );
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    /// The current leader and every change, for followers. Polls the source
+    /// every `retry_period`; each query is bounded by the lease duration.
+    #[must_use]
+    pub fn observe(&self) -> Observer {
+        Observer::new(
+            self.source.clone(),
+            self.election.clone(),
+            self.config.retry_period,
+            self.config.lease_duration,
+        )
+    }
+
+    /// Campaigns, then runs `work` while leading.
+    ///
+    /// The work future is dropped (cancelled) the moment leadership may be
+    /// lost, and `run` returns [`Error::Lost`] with the reason; its side
+    /// effects must still be fenced with [`LeaderContext::token`], because a
+    /// process can be paused between a check and a write. When the work
+    /// finishes first, leadership is resigned and its output returned.
+    ///
+    /// A failed resign after finished work is logged, not returned: the work
+    /// has already taken effect under a valid term, and the un-released
+    /// lease simply expires after the lease duration; turning it into an
+    /// error would make callers redo work that is done.
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaderContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign().await?;
+        let work = work(leadership.context());
+        // Loss first: when both are ready, the work is not polled again.
+        let output = tokio::select! {
+            biased;
+            reason = leadership.lost() => {
+                tracing::warn!(election = %self.election, token = %leadership.token(), %reason, "leadership lost, work cancelled");
+                // Dropping `leadership` releases the grant in the background,
+                // so a successor need not wait for the lease to run out.
+                return Err(Error::lost(self.election.as_str(), reason));
+            }
+            output = work => output,
+        };
+        let token = leadership.token();
+        if let Err(e) = leadership.resign().await {
+            tracing::warn!(election = %self.election, %token, error = %e, "resign after work failed; the lease will expire");
+        }
+        Ok(output)
+    }
+}
+
+/// Errors a later attempt may not see again.
+fn is_transient(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Timeout { .. } | Error::Backend { .. } | Error::Io { .. } | Error::Lost { .. }
+    )
+}
+
+impl fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("source", &self.source.identity())
+            .field("election", &self.election)
+            .field("config", &self.config)
+            .finish()
+    }
+}

@@ -1,0 +1,204 @@
+//! One term of leadership: its grant, and when it "may be lost".
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing_core::{drift_margin, FencingToken, Grant, LeaseTracker, ResourceName, Result};
+use tokio::time::Instant;
+
+/// The loss rule shared by a [`Leadership`] and its [`LeaderContext`]s.
+///
+/// Leadership may be lost as soon as either
+/// 1. the grant reports loss (the coordinator said so, the grant was
+///    released, or its own local deadline, last renewal's send time + TTL -
+///    10 %, passed), or
+/// 2. the lease was last renewed longer than `renew_deadline` ago.
+///
+/// The grant does not expose its last renewal time, only its deadline, which
+/// is `sent + ttl - drift_margin(ttl)`; the send time is recovered from it.
+/// Rule 2 makes a leader step down (and cancel its work) while its lease is
+/// still valid at the coordinator, as client-go's RenewDeadline does, so the
+/// old leader has stopped before anyone else can be elected.
+///
+/// Loss is sticky: once either rule fired, the grant's tracker is marked lost
+/// with the reason, so a renewal arriving later does not revive the term.
+#[derive(Debug)]
+struct Term {
+    tracker: LeaseTracker,
+    ttl: Duration,
+    renew_deadline: Duration,
+    token: FencingToken,
+    identity: Arc<str>,
+    election: ResourceName,
+}
+
+impl Term {
+    /// When rule 2 fires if no renewal arrives before.
+    fn renew_by(&self) -> Instant {
+        let deadline = self.tracker.deadline();
+        let held_for = self.ttl.saturating_sub(drift_margin(self.ttl));
+        let last_sent = deadline.checked_sub(held_for).unwrap_or(deadline);
+        last_sent + self.renew_deadline
+    }
+
+    /// The reason leadership may be lost, or `None` while it holds.
+    fn loss(&self) -> Option<String> {
+        if let Some(reason) = self.tracker.loss_reason() {
+            return Some(reason);
+        }
+        if Instant::now() >= self.renew_by() {
+            self.tracker.mark_lost(format!(
+                "lease not renewed within renew_deadline ({:?})",
+                self.renew_deadline
+            ));
+            return self.tracker.loss_reason();
+        }
+        None
+    }
+
+    async fn lost(&self) -> String {
+        loop {
+            if let Some(reason) = self.loss() {
+                return reason;
+            }
+            // A renewal only moves renew_by later, so waking at the old value
+            // and checking again is never late.
+            tokio::select! {
+                reason = self.tracker.lost() => return reason,
+                () = tokio::time::sleep_until(self.renew_by()) => {}
+            }
+        }
+    }
+}
+
+/// One term of leadership, won by [`LeaderElector::campaign`](crate::LeaderElector::campaign).
+///
+/// It owns the term's [`Grant`]: carry [`token()`](Self::token) on every
+/// write the leader makes, and let the storage's gate refuse tokens of
+/// earlier terms. Each term is a new grant, so its token is strictly greater
+/// than every earlier term's.
+///
+/// Give leadership up with [`resign()`](Self::resign); a dropped `Leadership`
+/// releases its grant in the background. [`lost()`](Self::lost) resolves when
+/// leadership may be lost (see [`ElectionConfig::renew_deadline`](crate::ElectionConfig::renew_deadline)).
+#[must_use = "a dropped Leadership resigns at once"]
+pub struct Leadership {
+    grant: Grant,
+    term: Arc<Term>,
+}
+
+impl Leadership {
+    pub(crate) fn new(grant: Grant, renew_deadline: Duration) -> Self {
+        let term = Arc::new(Term {
+            tracker: grant.lease().clone(),
+            ttl: grant.ttl(),
+            renew_deadline,
+            token: grant.token(),
+            identity: grant.holder().into(),
+            election: grant.resource().clone(),
+        });
+        Leadership { grant, term }
+    }
+
+    /// This term's fencing token.
+    #[must_use]
+    pub fn token(&self) -> FencingToken {
+        self.grant.token()
+    }
+
+    /// The leader's identity.
+    #[must_use]
+    pub fn identity(&self) -> &str {
+        self.grant.holder()
+    }
+
+    /// The election won.
+    #[must_use]
+    pub fn election(&self) -> &ResourceName {
+        self.grant.resource()
+    }
+
+    /// True until leadership may be lost. A hint, not a permission: a pause
+    /// right after a `true` can outlive the lease; only the gate is safe.
+    #[must_use]
+    pub fn is_leader(&self) -> bool {
+        self.term.loss().is_none()
+    }
+
+    /// Resolves, with the reason, when leadership may be lost.
+    pub async fn lost(&self) -> String {
+        self.term.lost().await
+    }
+
+    /// The term's grant.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// A cheap handle for the leader's work.
+    #[must_use]
+    pub fn context(&self) -> LeaderContext {
+        LeaderContext {
+            term: self.term.clone(),
+        }
+    }
+
+    /// Gives leadership up so a waiting candidate is elected at once.
+    pub async fn resign(self) -> Result<()> {
+        tracing::debug!(election = %self.election(), token = %self.token(), "resigning");
+        self.grant.release().await
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", self.election())
+            .field("identity", &self.identity())
+            .field("token", &self.token())
+            .field("leader", &self.is_leader())
+            .finish()
+    }
+}
+
+/// What [`LeaderElector::run`](crate::LeaderElector::run)'s work receives:
+/// the term's token and identity, and its loss signal. Cheap to clone.
+///
+/// Holding a context does not keep the term alive: when the leadership
+/// resigns or is dropped, every context reports `is_leader() == false`.
+#[derive(Clone, Debug)]
+pub struct LeaderContext {
+    term: Arc<Term>,
+}
+
+impl LeaderContext {
+    /// The term's fencing token: send it with every write.
+    #[must_use]
+    pub fn token(&self) -> FencingToken {
+        self.term.token
+    }
+
+    /// The leader's identity.
+    #[must_use]
+    pub fn identity(&self) -> &str {
+        &self.term.identity
+    }
+
+    /// The election this term belongs to.
+    #[must_use]
+    pub fn election(&self) -> &ResourceName {
+        &self.term.election
+    }
+
+    /// True until leadership may be lost.
+    #[must_use]
+    pub fn is_leader(&self) -> bool {
+        self.term.loss().is_none()
+    }
+
+    /// Resolves, with the reason, when leadership may be lost.
+    pub async fn lost(&self) -> String {
+        self.term.lost().await
+    }
+}
