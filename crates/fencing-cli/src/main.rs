@@ -2,6 +2,8 @@
 
 mod demo;
 mod failure;
+mod run;
+mod source_arg;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,6 +30,10 @@ enum Command {
     /// past its lease writes late, first into blind storage, then through a gate
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::DemoArgs),
+
+    /// Hold a lock while a command runs; stop the command if the lock is lost
+    #[command(after_help = run::EXAMPLES)]
+    Run(run::RunArgs),
 
     /// One lock holder of `fence demo` (started by it, not by hand)
     #[command(hide = true)]
@@ -65,6 +71,10 @@ fn main() -> ExitCode {
                     Err(f) => fail(&f),
                 }
             }
+            Command::Run(args) => match run::run(args).await {
+                Ok(code) => ExitCode::from(code),
+                Err(f) => fail(&f),
+            },
             Command::DemoClient(args) => ExitCode::from(demo::client::run(args).await),
         }
     });
@@ -74,7 +84,7 @@ fn main() -> ExitCode {
 }
 
 /// Resolves on SIGINT or SIGTERM with the conventional 128+signal code.
-async fn interrupted() -> Failure {
+pub(crate) async fn interrupted() -> Failure {
     use tokio::signal::unix::{signal, SignalKind};
     let failure = |code, name: &str| Failure {
         code,
