@@ -1,6 +1,8 @@
 //! `fence`: command-line tools for fencing-token locks and gates.
 
 mod demo;
+mod elect;
+mod events;
 mod failure;
 mod run;
 mod source_arg;
@@ -34,6 +36,14 @@ enum Command {
     /// Hold a lock while a command runs; stop the command if the lock is lost
     #[command(after_help = run::EXAMPLES)]
     Run(run::RunArgs),
+
+    /// Campaign for leadership; print a JSON line each time this candidate is elected or loses
+    #[command(after_help = elect::ELECT_EXAMPLES)]
+    Elect(elect::ElectArgs),
+
+    /// Print the current leader of an election and each change as JSON lines
+    #[command(after_help = elect::OBSERVE_EXAMPLES)]
+    Observe(elect::ObserveArgs),
 
     /// One lock holder of `fence demo` (started by it, not by hand)
     #[command(hide = true)]
@@ -75,6 +85,8 @@ fn main() -> ExitCode {
                 Ok(code) => ExitCode::from(code),
                 Err(f) => fail(&f),
             },
+            Command::Elect(args) => exit(elect::elect(args).await),
+            Command::Observe(args) => exit(elect::observe(args).await),
             Command::DemoClient(args) => ExitCode::from(demo::client::run(args).await),
         }
     });
@@ -101,6 +113,13 @@ pub(crate) async fn interrupted() -> Failure {
     tokio::select! {
         _ = int.recv() => failure(130, "SIGINT"),
         _ = term.recv() => failure(143, "SIGTERM"),
+    }
+}
+
+fn exit(outcome: failure::Result<()>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => fail(&f),
     }
 }
 

@@ -47,15 +47,15 @@ pub struct RunArgs {
     lock: String,
 
     /// Lease length in seconds [default: the source's]
-    #[arg(long, value_name = "SECS", value_parser = source_arg::seconds)]
+    #[arg(long, value_name = "SECS", value_parser = source_arg::seconds, allow_negative_numbers = true)]
     ttl: Option<Duration>,
 
     /// After the lock is lost, how long the command has between SIGTERM and SIGKILL
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = source_arg::seconds)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = source_arg::seconds, allow_negative_numbers = true)]
     grace: Duration,
 
     /// Give up (exit 1) if the lock is not granted within this many seconds [default: wait forever]
-    #[arg(long, value_name = "SECS", value_parser = source_arg::seconds)]
+    #[arg(long, value_name = "SECS", value_parser = source_arg::seconds, allow_negative_numbers = true)]
     wait: Option<Duration>,
 
     /// Holder identity recorded with the lock [default: host name, pid and a random suffix]

@@ -1,0 +1,258 @@
+//! `fence elect` and `fence observe` as scripts use them: real processes,
+//! JSON lines on stdout, a LocalSource directory shared between them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, Pid, Signal};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A `fence` process whose stdout is read as JSON lines; killed on drop.
+struct Fence {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Fence {
+    fn start(args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fence"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start fence");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Fence { child, lines }
+    }
+
+    fn next_event(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(WAIT)
+            .expect("an event line in time");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+    }
+
+    fn expect(&self, event: &str) -> Value {
+        let v = self.next_event();
+        assert_eq!(v["event"], event, "{v}");
+        v
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill_process(Pid::from_raw(self.child.id() as i32).unwrap(), signal).unwrap();
+    }
+
+    fn exit_code(mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(start.elapsed() < WAIT, "fence did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn token(v: &Value) -> u64 {
+    v["token"]
+        .as_str()
+        .expect("token is a string")
+        .parse()
+        .unwrap()
+}
+
+fn candidate(url: &str, identity: &str) -> Fence {
+    Fence::start(&[
+        "elect",
+        "--source",
+        url,
+        "--election",
+        "sched",
+        "--identity",
+        identity,
+        "--lease-duration",
+        "2",
+        "--renew-deadline",
+        "1.5",
+        "--retry-period",
+        "0.2",
+    ])
+}
+
+#[test]
+fn resign_hands_over_and_observe_reports_each_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("local://{}", dir.path().display());
+    let observer = Fence::start(&[
+        "observe",
+        "--source",
+        &url,
+        "--election",
+        "sched",
+        "--retry-period",
+        "0.1",
+    ]);
+    assert_eq!(observer.expect("no_leader")["election"], "sched");
+
+    let a = candidate(&url, "a");
+    let elected_a = a.expect("elected");
+    assert_eq!(elected_a["identity"], "a");
+    let seen = observer.expect("leader");
+    assert_eq!(
+        (seen["identity"].clone(), token(&seen)),
+        ("a".into(), token(&elected_a))
+    );
+
+    let b = candidate(&url, "b");
+    // b waits while a leads; SIGTERM makes a resign.
+    let asked = Instant::now();
+    a.signal(Signal::TERM);
+    let resigned = a.expect("resigned");
+    assert_eq!(token(&resigned), token(&elected_a));
+    assert_eq!(a.exit_code(), Some(0));
+    let elected_b = b.expect("elected");
+    println!("handover after resign: {:?}", asked.elapsed());
+    assert!(token(&elected_b) > token(&elected_a));
+    let seen = observer.expect("leader");
+    assert_eq!(
+        (seen["identity"].clone(), token(&seen)),
+        ("b".into(), token(&elected_b))
+    );
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_reports_the_loss_and_a_new_term_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("local://{}", dir.path().display());
+    let a = candidate(&url, "a");
+    let first = a.expect("elected");
+    let b = candidate(&url, "b");
+    a.signal(Signal::STOP);
+    let elected_b = b.expect("elected");
+    assert!(token(&elected_b) > token(&first));
+    a.signal(Signal::CONT);
+    let lost = a.expect("lost");
+    assert_eq!(token(&lost), token(&first));
+    assert!(!lost["reason"].as_str().unwrap().is_empty());
+    // a campaigns again and gets the next term after b resigns.
+    b.signal(Signal::TERM);
+    b.expect("resigned");
+    let again = a.expect("elected");
+    assert!(token(&again) > token(&elected_b));
+}
+
+#[test]
+fn command_line_mistakes_are_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("local://{}", dir.path().display());
+    let cases: &[(&[&str], &str)] = &[
+        (&["elect", "--source", &url], "--election"),
+        (&["elect", "--election", "e"], "--source"),
+        (&["elect", "--source", "zz://x", "--election", "e"], "zz"),
+        (
+            &[
+                "elect",
+                "--source",
+                &url,
+                "--election",
+                "e",
+                "--lease-duration",
+                "5",
+            ],
+            "lease_duration",
+        ),
+        (
+            &[
+                "elect",
+                "--source",
+                &url,
+                "--election",
+                "e",
+                "--identity",
+                "",
+            ],
+            "identity",
+        ),
+        (
+            &[
+                "elect",
+                "--source",
+                &url,
+                "--election",
+                "",
+                "--lease-duration",
+                "5",
+            ],
+            "--election",
+        ),
+        (&["observe", "--source", &url], "--election"),
+        (
+            &["observe", "--source", "etcd://", "--election", "e"],
+            "etcd://",
+        ),
+        (
+            &[
+                "observe",
+                "--source",
+                &url,
+                "--election",
+                "e",
+                "--retry-period",
+                "-1",
+            ],
+            "--retry-period",
+        ),
+    ];
+    for (args, names) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_fence"))
+            .args(*args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(names),
+            "{args:?} should name {names:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn help_of_every_command_has_an_example() {
+    for command in ["demo", "run", "elect", "observe"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fence"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{command}");
+        assert!(
+            help.contains(&format!("fence {command} ")),
+            "{command}: {help}"
+        );
+    }
+}
