@@ -1,0 +1,371 @@
+//! LeaderElector on real clusters (a 3-member etcd 3.6 cluster, a 3-server
+//! ZooKeeper 3.9 ensemble) and on LocalSource: hand-over on resign, a
+//! SIGKILLed leader process replaced, leadership that never overlaps (judged
+//! by a gate on the recorded history), and a follower observing each leader.
+//!
+//! One release per backend: the backends' own suites cover both releases,
+//! and the elector adds nothing version-specific on top of acquire/holder.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencing::{Error, FencingSource, FencingToken, Gate, MemoryGate, ResourceName};
+use fencing_election::{ElectionConfig, Leader, LeaderElector, Observer};
+use fencing_integration::etcd_cluster::EtcdVersion;
+use fencing_integration::etcd_fixture::EtcdFixture;
+use fencing_integration::zk_ensemble::ZkVersion;
+use fencing_integration::zk_fixture::ZkFixture;
+use fencing_testkit::{Event, History};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::time::{timeout, Instant};
+
+/// The election timings of every candidate here: etcd keep-alives and
+/// ZooKeeper heartbeats run every lease/3 (1 s), so a healthy leader is
+/// renewed twice within the renew deadline.
+const LEASE: Duration = Duration::from_secs(3);
+const RENEW: Duration = Duration::from_secs(2);
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Bound for anything that should happen soon on a shared 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What a failover may take beyond lease + retry period: etcd revokes
+/// expired leases in a periodic sweep (every 500 ms) and through raft;
+/// ZooKeeper expires sessions at tick boundaries (200 ms here) after the
+/// session timeout; LocalSource waiters poll every 50 ms; and the machine
+/// runs other tests at the same time.
+const FAILOVER_TOLERANCE: Duration = Duration::from_secs(3);
+
+/// A running coordinator and the URL its clients connect with.
+struct Backend {
+    name: &'static str,
+    url: String,
+    _running: Running,
+}
+
+/// Keeps the cluster (or directory) alive for the test; removed on drop.
+#[allow(dead_code)]
+enum Running {
+    Etcd(EtcdFixture),
+    Zk(ZkFixture),
+    Local(tempfile::TempDir),
+}
+
+impl Backend {
+    async fn etcd() -> Backend {
+        let f = EtcdFixture::start(EtcdVersion::V3_6).await;
+        let url = format!("etcd://{}{}", f.cluster.endpoints().join(","), f.prefix);
+        Backend {
+            name: "etcd 3.6",
+            url,
+            _running: Running::Etcd(f),
+        }
+    }
+
+    async fn zk() -> Backend {
+        let f = ZkFixture::start(ZkVersion::V3_9).await;
+        let url = format!(
+            "zk://{}{}?ensemble={}",
+            f.ensemble.connect_string(),
+            f.path,
+            f.name
+        );
+        Backend {
+            name: "ZooKeeper 3.9",
+            url,
+            _running: Running::Zk(f),
+        }
+    }
+
+    async fn local() -> Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("local://{}", dir.path().display());
+        Backend {
+            name: "LocalSource",
+            url,
+            _running: Running::Local(dir),
+        }
+    }
+
+    /// A new client connection (its own session or lease), as another
+    /// process would have.
+    async fn source(&self) -> Arc<dyn FencingSource> {
+        fencing::connect(&self.url).await.expect("connect")
+    }
+
+    async fn candidate(&self, identity: &str) -> LeaderElector {
+        let config = ElectionConfig::new(identity)
+            .lease_duration(LEASE)
+            .renew_deadline(RENEW)
+            .retry_period(RETRY);
+        LeaderElector::new(self.source().await, election(), config).unwrap()
+    }
+}
+
+fn election() -> ResourceName {
+    ResourceName::new("election").unwrap()
+}
+
+/// A `campaigner` process; SIGKILLed and reaped if the test fails.
+struct Campaigner {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Campaigner {
+    fn start(backend: &Backend, identity: &str) -> Campaigner {
+        let ms = |d: Duration| d.as_millis().to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_campaigner"))
+            .args([&backend.url, election().as_str(), identity])
+            .args([ms(LEASE), ms(RENEW), ms(RETRY)])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start campaigner");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+        Campaigner {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    async fn line(&mut self) -> String {
+        timeout(PATIENCE, self.stdout.next_line())
+            .await
+            .expect("campaigner printed nothing in time")
+            .expect("read campaigner output")
+            .expect("campaigner exited")
+    }
+
+    /// Waits for `LEADER <token>`.
+    async fn elected(&mut self) -> FencingToken {
+        let line = self.line().await;
+        let token = line
+            .strip_prefix("LEADER ")
+            .unwrap_or_else(|| panic!("expected LEADER, got {line:?}"));
+        token.parse().expect("token")
+    }
+}
+
+/// A graceful resign hands leadership to the waiting candidate at once,
+/// not after the lease runs out.
+async fn resign_hands_over(backend: Backend) {
+    let a = backend.candidate("a").await;
+    let b = backend.candidate("b").await;
+    let first = a.campaign().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let term = b.campaign().await.unwrap();
+        (Instant::now(), term)
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "b was elected while a led");
+    let (first_token, resigned_at) = (first.token(), Instant::now());
+    first.resign().await.unwrap();
+    let (elected_at, second) = timeout(PATIENCE, waiting).await.unwrap().unwrap();
+    let handover = elected_at - resigned_at;
+    eprintln!("{}: hand-over after resign {handover:?}", backend.name);
+    assert!(second.token() > first_token);
+    assert!(
+        handover < LEASE,
+        "{handover:?}: the waiting candidate waited for the lease instead of the resign"
+    );
+    second.resign().await.unwrap();
+}
+
+/// A leader process killed with SIGKILL (no resign, no goodbye) is
+/// replaced once its lease runs out: within lease + retry period +
+/// FAILOVER_TOLERANCE. Before that, the campaigner's resign path (stdin
+/// closed) is checked too.
+async fn killed_leader_is_replaced(backend: Backend) {
+    let mut polite = Campaigner::start(&backend, "polite");
+    let polite_token = polite.elected().await;
+    polite.stdin.take(); // closing stdin asks it to resign
+    assert_eq!(polite.line().await, "RESIGNED");
+
+    let mut doomed = Campaigner::start(&backend, "doomed");
+    let doomed_token = doomed.elected().await;
+    assert!(doomed_token > polite_token);
+    let gate = MemoryGate::new();
+    gate.admit(&election(), doomed_token).await.unwrap();
+
+    let successor = backend.candidate("successor").await;
+    let waiting = tokio::spawn(async move {
+        let term = successor.campaign().await.unwrap();
+        (Instant::now(), term)
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !waiting.is_finished(),
+        "elected while the doomed leader lived"
+    );
+    let killed_at = Instant::now();
+    doomed.child.start_kill().expect("SIGKILL");
+    doomed.child.wait().await.expect("reap");
+    let (elected_at, term) = timeout(PATIENCE, waiting).await.unwrap().unwrap();
+    let failover = elected_at - killed_at;
+    eprintln!(
+        "{}: failover after SIGKILL {failover:?} (lease {LEASE:?}, retry {RETRY:?})",
+        backend.name
+    );
+    assert!(term.token() > doomed_token);
+    assert!(
+        failover <= LEASE + RETRY + FAILOVER_TOLERANCE,
+        "failover took {failover:?}"
+    );
+    // The dead leader's term is fenced off once the successor wrote.
+    gate.admit(&election(), term.token()).await.unwrap();
+    let late = gate.admit(&election(), doomed_token).await;
+    assert!(matches!(late, Err(Error::Stale { .. })), "{late:?}");
+    term.resign().await.unwrap();
+}
+
+const CANDIDATES: usize = 3;
+const ROUNDS: usize = 4;
+const WRITES_PER_TERM: usize = 2;
+
+/// Three candidates, each on its own connection, lead four terms each
+/// through `run`, writing through a gate. On the recorded history: terms
+/// never overlap and their tokens strictly increase in grant order, and no
+/// write with a superseded token is accepted. At the end every candidate
+/// replays a write with each of its old tokens: all but the very last term's
+/// must be refused.
+async fn leadership_never_overlaps(backend: Backend) {
+    let history = History::new();
+    let gate = Arc::new(MemoryGate::new());
+    let mut tasks = Vec::new();
+    for id in 0..CANDIDATES {
+        let elector = backend.candidate(&format!("c{id}")).await;
+        let (history, gate) = (history.clone(), gate.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..ROUNDS {
+                let (history, gate) = (history.clone(), gate.clone());
+                let token = elector
+                    .run(|ctx| async move {
+                        history.granted(id, ctx.token()).await;
+                        for _ in 0..WRITES_PER_TERM {
+                            let written = history.write(&*gate, &election(), id, ctx.token()).await;
+                            written.expect("a current leader's write was refused");
+                            tokio::task::yield_now().await;
+                        }
+                        history.released(id, ctx.token()).await;
+                        ctx.token()
+                    })
+                    .await
+                    .expect("a term ended in loss on a healthy cluster");
+                tokens.push(token);
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for (id, task) in tasks.into_iter().enumerate() {
+        let tokens = timeout(PATIENCE * 4, task).await.unwrap().unwrap();
+        all.extend(tokens.into_iter().map(|t| (id, t)));
+    }
+    for &(id, token) in &all {
+        let _ = history.write(&*gate, &election(), id, token).await;
+    }
+    history
+        .check()
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", backend.name));
+    let events = history.events().await;
+    let grants = events
+        .iter()
+        .filter(|e| matches!(e, Event::Granted { .. }))
+        .count();
+    let refused = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Write {
+                    accepted: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    let switches = all.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    eprintln!(
+        "{}: {grants} terms, {refused} stale writes refused, tokens {:?}",
+        backend.name,
+        all.iter().map(|(_, t)| t.get()).collect::<Vec<_>>()
+    );
+    assert_eq!(grants, CANDIDATES * ROUNDS);
+    assert!(switches > 0);
+    assert_eq!(
+        refused,
+        CANDIDATES * ROUNDS - 1,
+        "every replayed token but the newest must be refused"
+    );
+}
+
+async fn next(observer: &mut Observer) -> Option<Leader> {
+    timeout(PATIENCE, observer.next())
+        .await
+        .expect("the observer saw no change")
+        .expect("observe")
+}
+
+/// A follower on its own connection sees no leader, then each leader with
+/// its term's token, and the gaps between them.
+async fn follower_observes_each_leader(backend: Backend) {
+    let follower = LeaderElector::new(
+        backend.source().await,
+        election(),
+        ElectionConfig::new("follower")
+            .lease_duration(LEASE)
+            .renew_deadline(RENEW)
+            .retry_period(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let mut observer = follower.observe();
+    assert_eq!(next(&mut observer).await, None);
+    for name in ["a", "b", "a"] {
+        let candidate = backend.candidate(name).await;
+        let term = candidate.campaign().await.unwrap();
+        let seen = next(&mut observer).await;
+        assert_eq!(
+            seen,
+            Some(Leader {
+                identity: name.into(),
+                token: term.token()
+            })
+        );
+        term.resign().await.unwrap();
+        assert_eq!(next(&mut observer).await, None);
+    }
+    eprintln!("{}: the follower saw every term", backend.name);
+}
+
+macro_rules! on_each_backend {
+    ($($scenario:ident),* $(,)?) => {
+        mod local { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Backend::local().await).await }
+        )* }
+        mod etcd_3_6 { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Backend::etcd().await).await }
+        )* }
+        mod zk_3_9 { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Backend::zk().await).await }
+        )* }
+    };
+}
+
+on_each_backend!(
+    resign_hands_over,
+    killed_leader_is_replaced,
+    leadership_never_overlaps,
+    follower_observes_each_leader,
+);
