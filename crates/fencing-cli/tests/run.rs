@@ -1,100 +1,18 @@
 //! `fence run` as users script it: the real binary, a real child process and
 //! a LocalSource directory shared with the test.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use common::{fence, process_exists, wait_for_file, Running, LOST};
 use fencing::{AcquireOptions, FencingSource, LocalSource, ResourceName};
-use rustix::process::{kill_process, Pid, Signal};
-
-const LOST: i32 = 75;
-
-fn fence() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fence"));
-    cmd.env_remove("RUST_LOG");
-    cmd
-}
+use rustix::process::Signal;
 
 fn output(args: &[&str]) -> Output {
     fence().args(args).output().expect("run fence")
-}
-
-/// A `fence run` child that is killed if the test fails half way.
-struct Running(Child);
-
-impl Running {
-    fn start(args: &[&str]) -> Self {
-        Running(
-            fence()
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start fence run"),
-        )
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.0.id() as i32).unwrap()
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill_process(self.pid(), signal).expect("signal fence");
-    }
-
-    /// Waits (bounded) for the exit and returns the code and stderr.
-    fn finish(mut self, within: Duration) -> (Option<i32>, String) {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                self.0
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                return (status.code(), err);
-            }
-            assert!(
-                start.elapsed() < within,
-                "fence run did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for_file(path: &Path, within: Duration) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text;
-            }
-        }
-        assert!(
-            start.elapsed() < within,
-            "{} did not appear",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn process_exists(pid: i32) -> bool {
-    // A zombie still has a /proc entry, but `fence` reaps its child, so once
-    // `fence` has exited the entry is gone for good.
-    PathBuf::from(format!("/proc/{pid}")).exists()
 }
 
 fn source_url(dir: &Path) -> String {
@@ -149,51 +67,7 @@ async fn child_gets_the_grants_token_and_its_exit_code_is_passed_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_past_its_lease_fence_kills_the_child_and_exits_75() {
     let dir = tempfile::tempdir().unwrap();
-    let url = source_url(&dir.path().join("src"));
-    let pid_file = dir.path().join("pid");
-    let script = format!("echo $$ > {}; exec sleep 60", pid_file.display());
-    let run = Running::start(&[
-        "run", "--source", &url, "--lock", "ledger", "--ttl", "1", "--grace", "2", "--", "sh",
-        "-c", &script,
-    ]);
-    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(20))
-        .trim()
-        .parse()
-        .unwrap();
-    let first = {
-        let source = LocalSource::open(dir.path().join("src")).unwrap();
-        let ledger = ResourceName::new("ledger").unwrap();
-        source.holder(&ledger).await.unwrap().expect("held").token
-    };
-
-    // The reference's pause: `fence` is frozen past its lease, and another
-    // client takes the lock meanwhile.
-    run.signal(Signal::STOP);
-    let source = LocalSource::open(dir.path().join("src")).unwrap();
-    let ledger = ResourceName::new("ledger").unwrap();
-    let taken = source
-        .acquire(
-            &ledger,
-            &AcquireOptions::new().timeout(Duration::from_secs(10)),
-        )
-        .await
-        .expect("the lease of the frozen holder runs out");
-    assert!(taken.token() > first);
-    assert!(
-        process_exists(child),
-        "the child keeps running while fence is frozen"
-    );
-    run.signal(Signal::CONT);
-
-    let (code, stderr) = tokio::task::spawn_blocking(move || run.finish(Duration::from_secs(20)))
-        .await
-        .unwrap();
-    assert_eq!(code, Some(LOST), "{stderr}");
-    assert!(stderr.contains("lost"), "{stderr}");
-    assert!(!process_exists(child), "the child must be gone");
-    // The new holder was not disturbed by the old one's release.
-    assert!(source.validate(&taken).await.unwrap());
-    taken.release().await.unwrap();
+    common::frozen_fence_run_stops_its_child(&source_url(dir.path()), "1").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
