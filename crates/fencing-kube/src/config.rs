@@ -1,0 +1,406 @@
+//! Settings of a [`KubeLeaseSource`](crate::KubeLeaseSource) and the
+//! `kube://NAMESPACE?...` URL form.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fencing_core::{positive_seconds, Error, Result};
+
+use crate::names::check_namespace;
+
+/// Default lease duration (client-go's `LeaseDuration` example value).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Default renew deadline (client-go's `RenewDeadline` example value).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// Default retry period (client-go's `RetryPeriod` example value).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// Default limit for one request to the apiserver.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// client-go's `JitterFactor`: the renew deadline must exceed the retry
+/// period by this factor so that a renewal round fits before the deadline.
+const JITTER_FACTOR: f64 = 1.2;
+
+/// Lease timing and request settings, with the names and defaults of
+/// client-go's `LeaderElectionConfig`.
+///
+/// ```
+/// use std::time::Duration;
+/// use fencing_kube::LeaseOptions;
+///
+/// let o = LeaseOptions::default()
+///     .lease_duration(Duration::from_secs(6))
+///     .renew_deadline(Duration::from_secs(4))
+///     .retry_period(Duration::from_secs(1));
+/// assert!(o.check().is_ok());
+/// assert!(LeaseOptions::default().renew_deadline(Duration::from_secs(20)).check().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseOptions {
+    /// `leaseDurationSeconds` written into the Lease: how long other
+    /// candidates wait, on their own clocks, after they last saw the Lease
+    /// change. Whole seconds (rounded up).
+    pub lease_duration: Duration,
+    /// How long the holder keeps the grant without a confirmed renewal; the
+    /// grant counts as lost locally once this (minus a 10 % drift margin)
+    /// has passed since the last successful renewal was sent.
+    pub renew_deadline: Duration,
+    /// Interval between renewals, and between attempts of a waiting
+    /// candidate.
+    pub retry_period: Duration,
+    /// Limit for each request to the apiserver.
+    pub request_timeout: Duration,
+    /// Name of the cluster in the source identity; `None` uses the
+    /// apiserver URL. Set it when several URLs reach one cluster (proxies,
+    /// several apiservers) so grants validate across them.
+    pub cluster: Option<String>,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            lease_duration: DEFAULT_LEASE_DURATION,
+            renew_deadline: DEFAULT_RENEW_DEADLINE,
+            retry_period: DEFAULT_RETRY_PERIOD,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            cluster: None,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// Sets the lease duration (rounded up to whole seconds, at least 1 s).
+    #[must_use]
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.lease_duration = whole_seconds(d);
+        self
+    }
+
+    /// Sets the renew deadline.
+    #[must_use]
+    pub fn renew_deadline(mut self, d: Duration) -> Self {
+        self.renew_deadline = d;
+        self
+    }
+
+    /// Sets the retry period.
+    #[must_use]
+    pub fn retry_period(mut self, d: Duration) -> Self {
+        self.retry_period = d;
+        self
+    }
+
+    /// Sets the per-request time limit.
+    #[must_use]
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// Names the cluster in the source identity.
+    #[must_use]
+    pub fn cluster(mut self, name: impl Into<String>) -> Self {
+        self.cluster = Some(name.into());
+        self
+    }
+
+    /// client-go's rule: lease duration > renew deadline > 1.2 x retry
+    /// period, all positive; otherwise [`Error::Config`].
+    pub fn check(&self) -> Result<()> {
+        let Timings {
+            lease,
+            renew,
+            retry,
+        } = self.timings(None);
+        if retry.is_zero() || self.request_timeout.is_zero() {
+            return Err(Error::Config(
+                "Kubernetes retry period and request timeout must be positive".into(),
+            ));
+        }
+        if lease <= renew {
+            return Err(Error::Config(format!(
+                "Kubernetes lease duration {lease:?} must be longer than the renew deadline {renew:?}"
+            )));
+        }
+        if renew.as_secs_f64() <= JITTER_FACTOR * retry.as_secs_f64() {
+            return Err(Error::Config(format!(
+                "Kubernetes renew deadline {renew:?} must be longer than 1.2 x the retry period {retry:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The timings for one grant. A TTL given with the acquire replaces the
+    /// lease duration; if the configured renew deadline and retry period do
+    /// not fit under it, both are scaled with client-go's proportions
+    /// (15 : 10 : 2) so the grant still follows the rule of [`Self::check`].
+    pub(crate) fn timings(&self, ttl: Option<Duration>) -> Timings {
+        let lease = ttl.map_or(self.lease_duration, whole_seconds);
+        let fits = lease > self.renew_deadline
+            && self.renew_deadline.as_secs_f64() > JITTER_FACTOR * self.retry_period.as_secs_f64();
+        if ttl.is_none() || fits {
+            Timings {
+                lease,
+                renew: self.renew_deadline,
+                retry: self.retry_period,
+            }
+        } else {
+            Timings {
+                lease,
+                renew: lease * 2 / 3,
+                retry: lease * 2 / 15,
+            }
+        }
+    }
+}
+
+/// The three durations one grant runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timings {
+    pub(crate) lease: Duration,
+    pub(crate) renew: Duration,
+    pub(crate) retry: Duration,
+}
+
+impl Timings {
+    pub(crate) fn lease_seconds(&self) -> i32 {
+        i32::try_from(self.lease.as_secs()).unwrap_or(i32::MAX)
+    }
+}
+
+/// Where the Leases live and how to reach the apiserver.
+///
+/// The client comes from the kubeconfig file given here; without one from
+/// `KUBECONFIG` or `~/.kube/config`; without those from the in-cluster
+/// service account.
+///
+/// ```
+/// use std::time::Duration;
+/// use fencing_kube::KubeConfig;
+///
+/// let cfg = KubeConfig::from_url("kube://team-a?kubeconfig=/etc/kube/admin.conf&ttl=6&renew_deadline=4&retry_period=1")?;
+/// assert_eq!(cfg.namespace, "team-a");
+/// assert_eq!(cfg.options.lease_duration, Duration::from_secs(6));
+/// assert!(KubeConfig::from_url("kube://?kubeconfig=/x").is_err()); // no namespace
+/// # Ok::<(), fencing_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KubeConfig {
+    /// Namespace of the Leases (a DNS-1123 label).
+    pub namespace: String,
+    /// Explicit kubeconfig file; `None` infers the client configuration.
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use instead of the current one.
+    pub context: Option<String>,
+    /// Timings and identity.
+    pub options: LeaseOptions,
+}
+
+impl KubeConfig {
+    /// Settings with defaults for Leases in `namespace`.
+    pub fn new(namespace: impl Into<String>) -> Result<Self> {
+        let namespace = namespace.into();
+        check_namespace(&namespace)?;
+        Ok(KubeConfig {
+            namespace,
+            kubeconfig: None,
+            context: None,
+            options: LeaseOptions::default(),
+        })
+    }
+
+    /// Reads the client configuration from this kubeconfig file.
+    #[must_use]
+    pub fn kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
+    }
+
+    /// Uses this kubeconfig context.
+    #[must_use]
+    pub fn context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// Replaces the timing and identity options.
+    #[must_use]
+    pub fn options(mut self, options: LeaseOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`.
+    ///
+    /// `lease_duration=` is a synonym of `ttl=`. Values are taken literally
+    /// (no percent-decoding). Every problem is an [`Error::Config`] naming it.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let bad = |why: &str| Error::Config(format!("kube URL {url:?}: {why}"));
+        let rest = url
+            .get(..7)
+            .filter(|s| s.eq_ignore_ascii_case("kube://"))
+            .map(|_| &url[7..])
+            .ok_or_else(|| bad("must start with kube://"))?;
+        if rest.contains('#') {
+            return Err(bad("a fragment ('#') means nothing here"));
+        }
+        let (namespace, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let namespace = namespace.strip_suffix('/').unwrap_or(namespace);
+        if namespace.is_empty() {
+            return Err(bad(
+                "the namespace is missing (kube://NAMESPACE?kubeconfig=PATH)",
+            ));
+        }
+        let mut cfg = KubeConfig::new(namespace).map_err(|e| bad(&e.to_string()))?;
+        let mut seen = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+            let key = if k == "lease_duration" { "ttl" } else { k };
+            if seen.contains(&key) {
+                return Err(bad(&format!("{k}= is given twice")));
+            }
+            seen.push(key);
+            cfg.apply(key, v).map_err(|why| bad(&why))?;
+        }
+        cfg.options.check().map_err(|e| bad(&e.to_string()))?;
+        Ok(cfg)
+    }
+
+    fn apply(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+        let secs = |name: &str| {
+            positive_seconds(value)
+                .ok_or_else(|| format!("{name}={value:?} is not a positive number of seconds"))
+        };
+        let text = |name: &str| {
+            (!value.is_empty())
+                .then(|| value.to_owned())
+                .ok_or_else(|| format!("{name}= is empty"))
+        };
+        let o = &mut self.options;
+        match key {
+            "kubeconfig" => self.kubeconfig = Some(text("kubeconfig")?.into()),
+            "context" => self.context = Some(text("context")?),
+            "cluster" => o.cluster = Some(text("cluster")?),
+            "ttl" => o.lease_duration = whole_seconds(secs("ttl")?),
+            "renew_deadline" => o.renew_deadline = secs("renew_deadline")?,
+            "retry_period" => o.retry_period = secs("retry_period")?,
+            "timeout" => o.request_timeout = secs("timeout")?,
+            other => {
+                return Err(format!(
+                "unknown parameter {other:?} (known: kubeconfig, context, cluster, ttl, lease_duration, renew_deadline, retry_period, timeout)"
+            ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Leases count in whole seconds: round up, at least one.
+fn whole_seconds(d: Duration) -> Duration {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Duration::from_secs(secs.clamp(1, i32::MAX as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config_err(url: &str) -> String {
+        match KubeConfig::from_url(url) {
+            Err(Error::Config(msg)) => msg,
+            other => panic!("{url:?} should be a config error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_namespace_and_every_option() {
+        let c = KubeConfig::from_url(
+            "kube://team-a/?kubeconfig=/k/conf&context=ctx&cluster=prod&lease_duration=5.5&renew_deadline=4&retry_period=0.5&timeout=2",
+        )
+        .unwrap();
+        assert_eq!(c.namespace, "team-a");
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/k/conf")));
+        assert_eq!(c.context.as_deref(), Some("ctx"));
+        assert_eq!(c.options.cluster.as_deref(), Some("prod"));
+        assert_eq!(c.options.lease_duration, Duration::from_secs(6));
+        assert_eq!(c.options.renew_deadline, Duration::from_secs(4));
+        assert_eq!(c.options.retry_period, Duration::from_millis(500));
+        assert_eq!(c.options.request_timeout, Duration::from_secs(2));
+        let d = KubeConfig::from_url("KUBE://default").unwrap();
+        assert_eq!(d.options, LeaseOptions::default());
+        assert_eq!(d.kubeconfig, None);
+    }
+
+    #[test]
+    fn refuses_bad_urls_naming_the_problem() {
+        for (url, needle) in [
+            ("kube://", "namespace is missing"),
+            ("kube://?kubeconfig=/x", "namespace is missing"),
+            ("kube:///", "namespace is missing"),
+            ("kube://Team", "DNS-1123 label"),
+            ("kube://a/b", "DNS-1123 label"),
+            ("etcd://a:1/x", "must start with kube://"),
+            ("kube://a?ttl=0", "ttl=\"0\""),
+            ("kube://a?ttl=-1", "ttl="),
+            ("kube://a?timeout=nan", "timeout="),
+            ("kube://a?kubeconfig=", "kubeconfig= is empty"),
+            ("kube://a?ttl=3&lease_duration=4", "given twice"),
+            ("kube://a?bogus=1", "unknown parameter \"bogus\""),
+            ("kube://a?ttl", "not key=value"),
+            ("kube://a#x", "fragment"),
+            ("kube://a?ttl=5", "longer than the renew deadline"),
+            ("kube://a?renew_deadline=2", "1.2 x the retry period"),
+        ] {
+            let msg = config_err(url);
+            assert!(msg.contains(needle), "{url}: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_short_ttl_scales_the_other_timings() {
+        let o = LeaseOptions::default();
+        let t = o.timings(Some(Duration::from_secs(3)));
+        assert_eq!(t.lease, Duration::from_secs(3));
+        assert_eq!(t.renew, Duration::from_secs(2));
+        assert_eq!(t.retry, Duration::from_millis(400));
+        let t = o.timings(Some(Duration::from_millis(20_500)));
+        assert_eq!(
+            (t.lease, t.renew),
+            (Duration::from_secs(21), o.renew_deadline)
+        );
+        assert_eq!(o.timings(None).lease, DEFAULT_LEASE_DURATION);
+    }
+
+    proptest! {
+        #[test]
+        fn url_parser_never_panics(s in any::<String>()) {
+            let _ = KubeConfig::from_url(&s);
+            let _ = KubeConfig::from_url(&format!("kube://{s}"));
+            let _ = KubeConfig::from_url(&format!("kube://ns?{s}"));
+        }
+
+        #[test]
+        fn accepted_urls_satisfy_the_timing_rule(
+            ttl in 1u32..40, renew in 1u32..40, retry in 1u32..40
+        ) {
+            let url = format!("kube://ns?ttl={ttl}&renew_deadline={renew}&retry_period={retry}");
+            if let Ok(c) = KubeConfig::from_url(&url) {
+                let o = c.options;
+                prop_assert!(o.lease_duration > o.renew_deadline);
+                prop_assert!(o.renew_deadline.as_secs_f64() > 1.2 * o.retry_period.as_secs_f64());
+            }
+        }
+
+        #[test]
+        fn scaled_timings_always_satisfy_the_rule(ttl_ms in 1u64..100_000) {
+            let t = LeaseOptions::default().timings(Some(Duration::from_millis(ttl_ms)));
+            prop_assert!(t.lease > t.renew);
+            prop_assert!(t.renew.as_secs_f64() > 1.2 * t.retry.as_secs_f64());
+        }
+    }
+}

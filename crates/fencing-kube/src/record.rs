@@ -1,0 +1,470 @@
+//! Pure logic on Lease records: whether a candidate may take a Lease (expiry
+//! judged on the local clock), the records to write for a grant, a renewal
+//! and a release, and resource versions as fencing tokens. No I/O here.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fencing_core::{Error, FencingToken, Result};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use tokio::time::Instant;
+
+/// Annotation in which our holders record their token: `RV;TRANSITIONS;HOLDER`.
+///
+/// A token is the resourceVersion of the write that made its grant, which
+/// the write cannot contain itself; each renewal writes it here, bound to
+/// the grant's holder identity and transitions count so that a stale value
+/// (client-go keeps annotations it does not know) is never taken for the
+/// current holder's.
+pub const TOKEN_ANNOTATION: &str = "fencing.rs/token";
+
+/// What we read from a Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseView {
+    pub(crate) rv: String,
+    pub(crate) uid: String,
+    pub(crate) holder: String,
+    pub(crate) duration: Duration,
+    pub(crate) transitions: i32,
+    pub(crate) note: Option<String>,
+}
+
+impl LeaseView {
+    pub(crate) fn of(lease: &Lease) -> Self {
+        let meta = &lease.metadata;
+        let spec = lease.spec.as_ref();
+        LeaseView {
+            rv: meta.resource_version.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .unwrap_or_default(),
+            duration: Duration::from_secs(
+                spec.and_then(|s| s.lease_duration_seconds)
+                    .map_or(0, |s| u64::try_from(s).unwrap_or(0)),
+            ),
+            transitions: spec.and_then(|s| s.lease_transitions).unwrap_or(0),
+            note: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(TOKEN_ANNOTATION).cloned()),
+        }
+    }
+
+    /// True while the record names this grant: same holder identity, same
+    /// transitions count, same Lease object.
+    pub(crate) fn names(&self, grant: &GrantKey) -> bool {
+        !self.holder.is_empty()
+            && self.holder == grant.holder
+            && self.transitions == grant.transitions
+            && self.uid == grant.uid
+    }
+
+    /// The current holder and its token, if the Lease names a holder.
+    ///
+    /// Our own holders record their token in [`TOKEN_ANNOTATION`]. A holder
+    /// that does not (client-go), or one of ours before its first renewal,
+    /// is given the Lease's current resourceVersion: for ours before the
+    /// first renewal that *is* the acquiring version; for client-go it is a
+    /// version written during its tenure, so it is above every token of
+    /// earlier holders and below every token of later ones.
+    pub(crate) fn holder_token(&self) -> Result<Option<(String, FencingToken)>> {
+        if self.holder.is_empty() {
+            return Ok(None);
+        }
+        let recorded = self.note.as_deref().and_then(|n| {
+            let mut parts = n.splitn(3, ';');
+            let (rv, transitions, holder) = (parts.next()?, parts.next()?, parts.next()?);
+            (transitions.parse() == Ok(self.transitions) && holder == self.holder).then_some(rv)
+        });
+        let token = parse_rv(recorded.unwrap_or(&self.rv))?;
+        Ok(Some((self.holder.clone(), token)))
+    }
+}
+
+/// Identifies one grant on one Lease object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GrantKey {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) holder: String,
+    pub(crate) transitions: i32,
+}
+
+impl GrantKey {
+    /// The text kept in [`GrantInfo::key`](fencing_core::GrantInfo):
+    /// `NAMESPACE/NAME@UID#TRANSITIONS`, so that any client of the source
+    /// can validate the grant.
+    pub(crate) fn encode(&self) -> String {
+        format!(
+            "{}/{}@{}#{}",
+            self.namespace, self.name, self.uid, self.transitions
+        )
+    }
+
+    pub(crate) fn decode(key: &str, holder: &str) -> Result<GrantKey> {
+        let bad = || {
+            Error::backend(
+                "kube validate",
+                format!("grant key {key:?} is not NAMESPACE/NAME@UID#TRANSITIONS"),
+            )
+        };
+        let (path, transitions) = key.rsplit_once('#').ok_or_else(bad)?;
+        let (path, uid) = path.rsplit_once('@').ok_or_else(bad)?;
+        let (namespace, name) = path.split_once('/').ok_or_else(bad)?;
+        Ok(GrantKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            holder: holder.to_owned(),
+            transitions: transitions.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// When we last saw a Lease's resourceVersion change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Observed {
+    pub(crate) rv: String,
+    pub(crate) at: Instant,
+}
+
+/// The observation after reading `rv` at `now`. The time only moves when
+/// the version changed: a holder that keeps renewing keeps moving it, a
+/// silent one does not. A version never seen before counts as changed now,
+/// so a fresh candidate waits a full lease duration, whatever the Lease's
+/// renewTime says (other machines' wall clocks are not trusted).
+///
+/// `now` must be taken after the read returned: the version was written
+/// before then, so the holder's renewal was sent no later than `now`.
+pub(crate) fn observe(previous: Option<&Observed>, rv: &str, now: Instant) -> Observed {
+    match previous {
+        Some(p) if p.rv == rv => p.clone(),
+        _ => Observed {
+            rv: rv.to_owned(),
+            at: now,
+        },
+    }
+}
+
+/// What a candidate does with what it read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// No Lease: create one.
+    Create,
+    /// Free or expired: replace it (with its resourceVersion as the
+    /// precondition), with this transitions count.
+    Take { transitions: i32 },
+    /// Someone holds it until at least `until` on our clock.
+    Held { holder: String, until: Instant },
+}
+
+/// The decision for a candidate at `now` that last saw the Lease change at
+/// `observed_at`.
+pub(crate) fn decide(
+    current: Option<&LeaseView>,
+    observed_at: Instant,
+    now: Instant,
+) -> Result<Decision> {
+    let Some(lease) = current else {
+        return Ok(Decision::Create);
+    };
+    let until = observed_at + lease.duration;
+    if lease.holder.is_empty() || now > until {
+        // client-go counts only changes of holder; we count every grant so
+        // that two grants of one identity are told apart by validate.
+        let transitions = lease.transitions.checked_add(1).ok_or_else(|| {
+            Error::backend(
+                "kube acquire",
+                format!(
+                    "leaseTransitions of Lease {:?} is at its maximum; delete the Lease",
+                    lease.uid
+                ),
+            )
+        })?;
+        return Ok(Decision::Take { transitions });
+    }
+    Ok(Decision::Held {
+        holder: lease.holder.clone(),
+        until,
+    })
+}
+
+/// A MicroTime for a wall-clock instant. Only informational for us (expiry
+/// is judged on the local monotonic clock) but read by client-go and kubectl.
+pub(crate) fn micro_time(at: SystemTime) -> MicroTime {
+    let micros = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let ts = k8s_openapi::jiff::Timestamp::from_microsecond(micros)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    MicroTime(ts)
+}
+
+/// The Lease to create for a first grant.
+pub(crate) fn new_lease(name: &str, holder: &str, lease_seconds: i32, now: SystemTime) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_owned()),
+            lease_duration_seconds: Some(lease_seconds),
+            acquire_time: Some(micro_time(now)),
+            renew_time: Some(micro_time(now)),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// The read Lease rewritten to grant it to `holder`. Its resourceVersion
+/// stays in the metadata: the apiserver refuses the replace with 409 if
+/// anyone wrote in between. Fields we do not own (preferredHolder,
+/// strategy, other annotations) are kept.
+pub(crate) fn taken_lease(
+    mut read: Lease,
+    holder: &str,
+    lease_seconds: i32,
+    transitions: i32,
+    now: SystemTime,
+) -> Lease {
+    set_note(&mut read, None);
+    let spec = read.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(holder.to_owned());
+    spec.lease_duration_seconds = Some(lease_seconds);
+    spec.acquire_time = Some(micro_time(now));
+    spec.renew_time = Some(micro_time(now));
+    spec.lease_transitions = Some(transitions);
+    read
+}
+
+/// The last written Lease with a new renewTime and the holder's token
+/// recorded in [`TOKEN_ANNOTATION`].
+pub(crate) fn renewed_lease(
+    mut last: Lease,
+    token: FencingToken,
+    key: &GrantKey,
+    now: SystemTime,
+) -> Lease {
+    let note = format!("{token};{};{}", key.transitions, key.holder);
+    set_note(&mut last, Some(note));
+    last.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
+    last
+}
+
+/// client-go's release (ReleaseOnCancel): empty holder, a one-second
+/// duration, acquire and renew time now, transitions unchanged.
+pub(crate) fn released_lease(mut last: Lease, now: SystemTime) -> Lease {
+    set_note(&mut last, None);
+    let spec = last.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(micro_time(now));
+    spec.renew_time = Some(micro_time(now));
+    last
+}
+
+fn set_note(lease: &mut Lease, note: Option<String>) {
+    match note {
+        Some(n) => {
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(TOKEN_ANNOTATION.to_owned(), n);
+        }
+        None => {
+            if let Some(a) = lease.metadata.annotations.as_mut() {
+                a.remove(TOKEN_ANNOTATION);
+            }
+        }
+    }
+}
+
+/// A resourceVersion as a fencing token. The apiserver promises only an
+/// opaque string; an etcd-backed one writes etcd's revision, a decimal
+/// number that grows with every write in the cluster. Anything else is an
+/// [`Error::InvalidToken`] naming the version.
+pub(crate) fn parse_rv(rv: &str) -> Result<FencingToken> {
+    let shown: String = rv.chars().take(64).collect();
+    let invalid = |reason| Error::InvalidToken {
+        input: shown.clone(),
+        reason,
+    };
+    let token: FencingToken = rv.parse().map_err(|_| {
+        invalid("Lease resourceVersion is not a canonical decimal number, so it cannot be a fencing token (is the apiserver backed by etcd?)")
+    })?;
+    if token == FencingToken::ZERO {
+        return Err(invalid("Lease resourceVersion 0 cannot be a fencing token"));
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn view(holder: &str, secs: u64, transitions: i32) -> LeaseView {
+        LeaseView {
+            rv: "100".into(),
+            uid: "u1".into(),
+            holder: holder.into(),
+            duration: Duration::from_secs(secs),
+            transitions,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn absent_free_and_expired_leases_can_be_taken() {
+        let t0 = Instant::now();
+        assert_eq!(decide(None, t0, t0).unwrap(), Decision::Create);
+        assert_eq!(
+            decide(Some(&view("", 15, 4)), t0, t0).unwrap(),
+            Decision::Take { transitions: 5 }
+        );
+        let held = view("other", 15, 4);
+        assert_eq!(
+            decide(Some(&held), t0, t0 + Duration::from_secs(15)).unwrap(),
+            Decision::Held {
+                holder: "other".into(),
+                until: t0 + Duration::from_secs(15)
+            }
+        );
+        assert_eq!(
+            decide(Some(&held), t0, t0 + Duration::from_millis(15_001)).unwrap(),
+            Decision::Take { transitions: 5 }
+        );
+        assert!(decide(Some(&view("", 0, i32::MAX)), t0, t0).is_err());
+    }
+
+    #[test]
+    fn expiry_counts_from_the_last_observed_change_on_our_clock() {
+        let t0 = Instant::now();
+        let first = observe(None, "7", t0);
+        assert_eq!(first.at, t0, "a version never seen counts as changed now");
+        let same = observe(Some(&first), "7", t0 + Duration::from_secs(20));
+        assert_eq!(same.at, t0, "an unchanged version keeps its first sighting");
+        let moved = observe(Some(&same), "9", t0 + Duration::from_secs(21));
+        assert_eq!(moved.at, t0 + Duration::from_secs(21));
+        // A renewing holder keeps its lease: each change restarts the wait.
+        let held = view("h", 15, 1);
+        assert!(matches!(
+            decide(Some(&held), moved.at, t0 + Duration::from_secs(30)).unwrap(),
+            Decision::Held { .. }
+        ));
+        assert!(matches!(
+            decide(Some(&held), same.at, t0 + Duration::from_secs(30)).unwrap(),
+            Decision::Take { .. }
+        ));
+    }
+
+    #[test]
+    fn grant_renew_and_release_records() {
+        let now = SystemTime::now();
+        let created = new_lease("l", "me", 15, now);
+        let s = created.spec.as_ref().unwrap();
+        assert_eq!(
+            (s.holder_identity.as_deref(), s.lease_transitions),
+            (Some("me"), Some(0))
+        );
+        let mut read = created.clone();
+        read.metadata.resource_version = Some("41".into());
+        let key = GrantKey {
+            namespace: "ns".into(),
+            name: "l".into(),
+            uid: "u".into(),
+            holder: "me".into(),
+            transitions: 3,
+        };
+        let renewed = renewed_lease(read.clone(), FencingToken::new(40), &key, now);
+        let v = LeaseView::of(&renewed);
+        assert_eq!(v.note.as_deref(), Some("40;3;me"));
+        let taken = taken_lease(renewed, "you", 6, 4, now);
+        let v = LeaseView::of(&taken);
+        assert_eq!(v.rv, "41", "the read version stays as the precondition");
+        assert_eq!((v.holder.as_str(), v.transitions, v.note), ("you", 4, None));
+        assert_eq!(v.duration, Duration::from_secs(6));
+        let released = released_lease(taken, now);
+        let v = LeaseView::of(&released);
+        assert_eq!((v.holder.as_str(), v.transitions), ("", 4));
+        assert_eq!(v.duration, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn holder_token_uses_the_note_only_when_it_matches_the_grant() {
+        let mut v = view("me", 15, 3);
+        v.rv = "120".into();
+        assert_eq!(v.holder_token().unwrap().unwrap().1, FencingToken::new(120));
+        v.note = Some("100;3;me".into());
+        assert_eq!(v.holder_token().unwrap().unwrap().1, FencingToken::new(100));
+        for stale in ["100;2;me", "100;3;other", "garbage", "100;x;me"] {
+            v.note = Some(stale.into());
+            assert_eq!(
+                v.holder_token().unwrap().unwrap().1,
+                FencingToken::new(120),
+                "{stale}"
+            );
+        }
+        v.note = Some("abc;3;me".into());
+        assert!(matches!(v.holder_token(), Err(Error::InvalidToken { .. })));
+        assert_eq!(view("", 1, 3).holder_token().unwrap(), None);
+    }
+
+    #[test]
+    fn names_checks_holder_transitions_and_uid() {
+        let key = GrantKey {
+            namespace: "ns".into(),
+            name: "l".into(),
+            uid: "u1".into(),
+            holder: "me".into(),
+            transitions: 2,
+        };
+        let mut v = view("me", 15, 2);
+        assert!(v.names(&key));
+        v.transitions = 3;
+        assert!(!v.names(&key), "a later grant of the same identity");
+        v.transitions = 2;
+        v.uid = "u2".into();
+        assert!(!v.names(&key), "a deleted and recreated Lease");
+        assert_eq!(GrantKey::decode(&key.encode(), "me").unwrap(), key);
+        assert!(GrantKey::decode("no-separators", "me").is_err());
+    }
+
+    #[test]
+    fn resource_versions_as_tokens() {
+        assert_eq!(parse_rv("12345").unwrap(), FencingToken::new(12345));
+        for bad in ["", "0", "abc", "-1", "01", " 5", "99999999999999999999999"] {
+            match parse_rv(bad) {
+                Err(Error::InvalidToken { input, reason }) => {
+                    assert_eq!(input, bad);
+                    assert!(reason.contains("resourceVersion"), "{reason}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn rv_parser_never_panics_and_round_trips(s in any::<String>()) {
+            if let Ok(t) = parse_rv(&s) {
+                prop_assert_eq!(t.to_string(), s);
+            }
+        }
+
+        #[test]
+        fn decimal_rvs_parse(n in 1u64..) {
+            prop_assert_eq!(parse_rv(&n.to_string()).unwrap(), FencingToken::new(n));
+        }
+
+        #[test]
+        fn grant_key_decode_never_panics(s in any::<String>()) {
+            let _ = GrantKey::decode(&s, "h");
+        }
+    }
+}

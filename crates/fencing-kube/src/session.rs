@@ -1,0 +1,197 @@
+//! A held Lease: the renew loop that keeps it, and its release.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use fencing_core::{Error, FencingToken, GrantBackend, LeaseTracker, Result};
+use k8s_openapi::api::coordination::v1::Lease;
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Leases;
+use crate::config::Timings;
+use crate::error::Failure;
+use crate::record::{released_lease, renewed_lease, GrantKey, LeaseView};
+
+/// What the holder knows of its grant.
+pub(crate) struct Held {
+    /// The Lease as our last successful write left it; its resourceVersion
+    /// is the precondition of our next write.
+    pub(crate) lease: Lease,
+    pub(crate) key: GrantKey,
+    pub(crate) token: FencingToken,
+}
+
+/// The backend half of a [`Grant`](fencing_core::Grant): owns the renew
+/// task and stops it when released or dropped.
+pub(crate) struct KubeGrant {
+    leases: Leases,
+    /// Locked by the renew loop for the whole of each write, so a release
+    /// never races a renewal that is in flight.
+    state: Arc<AsyncMutex<Held>>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl KubeGrant {
+    /// Starts renewing.
+    ///
+    /// The tracker's TTL is the renew deadline, not the lease duration:
+    /// other candidates count the lease duration from when *they* saw our
+    /// last write, which is after we sent it, so nobody can take the Lease
+    /// before (send time of our last renewal + lease duration) on a clock
+    /// running at our rate. We count ourselves lost at (send time + 90 % of
+    /// the renew deadline), which leaves lease duration - renew deadline
+    /// (5 s with the defaults) plus the margin for clock-rate differences,
+    /// late timers and for the application to stop writing. It is the same
+    /// role as client-go's renew deadline, after which a leader steps down.
+    pub(crate) fn start(
+        leases: Leases,
+        held: Held,
+        tracker: LeaseTracker,
+        timings: Timings,
+    ) -> Self {
+        let state = Arc::new(AsyncMutex::new(held));
+        let stop = CancellationToken::new();
+        // A renewal that cannot finish within the renew deadline is of no use.
+        let renewals = leases.with_limit(timings.renew.min(leases.limit()));
+        let task = tokio::spawn(renew_loop(
+            renewals,
+            state.clone(),
+            tracker,
+            timings,
+            stop.clone(),
+        ));
+        KubeGrant {
+            leases,
+            state,
+            stop,
+            task,
+        }
+    }
+}
+
+impl Drop for KubeGrant {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.task.abort();
+    }
+}
+
+#[async_trait]
+impl GrantBackend for KubeGrant {
+    /// client-go's ReleaseOnCancel: write an empty holder with our last
+    /// resourceVersion as the precondition. A Lease someone else has taken
+    /// meanwhile (409 and no longer naming us) means the grant was already
+    /// lost, which is not an error for a release.
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.stop.cancel();
+        let mut held = self.state.lock().await;
+        let name = held.key.name.clone();
+        for _ in 0..3 {
+            let next = released_lease(held.lease.clone(), SystemTime::now());
+            match self.leases.replace(&next).await {
+                Ok(_) => {
+                    tracing::debug!(lease = %name, token = %held.token, "kube grant released");
+                    return Ok(());
+                }
+                Err(Failure::NotFound) => return Ok(()),
+                Err(Failure::Conflict) => match self.leases.get(&name).await? {
+                    Some(lease) if LeaseView::of(&lease).names(&held.key) => held.lease = lease,
+                    _ => return Ok(()),
+                },
+                Err(f) => return Err(f.into_error(self.leases.call("release", &name))),
+            }
+        }
+        Err(Error::backend(
+            self.leases.call("release", &name).to_string(),
+            "the Lease kept changing under the release",
+        ))
+    }
+}
+
+/// How one renewal ended, when it did not succeed.
+enum Renewal {
+    /// The Lease no longer names this grant.
+    Lost(String),
+    /// Not confirmed; tried again next period until the deadline.
+    Failed(Error),
+}
+
+/// Renews every retry period until stopped, lost, or past the deadline.
+async fn renew_loop(
+    leases: Leases,
+    state: Arc<AsyncMutex<Held>>,
+    tracker: LeaseTracker,
+    timings: Timings,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tracker.lost() => return,
+            _ = tokio::time::sleep(timings.retry) => {}
+        }
+        let mut held = state.lock().await;
+        if stop.is_cancelled() {
+            return;
+        }
+        let sent = Instant::now();
+        match renew_once(&leases, &mut held).await {
+            Ok(()) => {
+                if !tracker.renewed(sent, timings.renew) {
+                    return;
+                }
+            }
+            Err(Renewal::Lost(reason)) => {
+                tracing::info!(lease = %held.key.name, token = %held.token, %reason, "kube grant lost");
+                tracker.mark_lost(reason);
+                return;
+            }
+            Err(Renewal::Failed(e)) => {
+                tracing::warn!(lease = %held.key.name, error = %e, "kube renewal failed; retrying");
+            }
+        }
+    }
+}
+
+/// One renewal: replace with our last version. A 409 is re-read: if the
+/// Lease still names this grant (same holder, transitions and UID), the
+/// write that moved it was one of ours whose reply was lost, or a change by
+/// someone who is not a candidate (an annotation); candidates always write
+/// their own identity. Then we go on from what we read.
+async fn renew_once(leases: &Leases, held: &mut Held) -> std::result::Result<(), Renewal> {
+    let name = held.key.name.clone();
+    for _ in 0..2 {
+        let next = renewed_lease(held.lease.clone(), held.token, &held.key, SystemTime::now());
+        match leases.replace(&next).await {
+            Ok(lease) => {
+                held.lease = lease;
+                return Ok(());
+            }
+            Err(Failure::NotFound) => return Err(Renewal::Lost("the Lease was deleted".into())),
+            Err(Failure::Conflict) => {
+                let current = leases.get(&name).await.map_err(Renewal::Failed)?;
+                let Some(lease) = current else {
+                    return Err(Renewal::Lost("the Lease was deleted".into()));
+                };
+                let view = LeaseView::of(&lease);
+                if !view.names(&held.key) {
+                    return Err(Renewal::Lost(format!(
+                        "the Lease now names holder {:?} with {} transitions",
+                        view.holder, view.transitions
+                    )));
+                }
+                held.lease = lease;
+            }
+            Err(f) => return Err(Renewal::Failed(f.into_error(leases.call("renew", &name)))),
+        }
+    }
+    Err(Renewal::Failed(Error::backend(
+        leases.call("renew", &name).to_string(),
+        "the Lease kept changing (409) while still naming us",
+    )))
+}

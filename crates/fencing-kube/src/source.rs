@@ -1,0 +1,342 @@
+//! KubeLeaseSource: the FencingSource over coordination.k8s.io/v1 Leases.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use fencing_core::{
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
+    FencingSource, Grant, GrantInfo, HolderInfo, LeaseTracker, ResourceName, Result, SourceId,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use tokio::time::Instant;
+
+use crate::client::{client_config, Leases};
+use crate::config::{KubeConfig, LeaseOptions, Timings};
+use crate::error::Failure;
+use crate::names::{check_namespace, lease_name};
+use crate::record::{
+    decide, new_lease, observe, parse_rv, released_lease, taken_lease, Decision, GrantKey,
+    LeaseView, Observed,
+};
+use crate::session::{Held, KubeGrant};
+
+/// A [`FencingSource`] whose locks are Kubernetes Leases, compatible with
+/// client-go's `leaderelection` with a `LeaseLock`.
+///
+/// One Lease per resource, named after it (a DNS-1123 subdomain). The
+/// fencing token is the resourceVersion of the write that made the grant:
+/// etcd's revision, so it grows with every grant of the Lease. Tokens are
+/// only comparable within one Lease of one etcd-backed cluster; the source
+/// identity is `kube:CLUSTER/NAMESPACE`, where CLUSTER is
+/// [`LeaseOptions::cluster`] or else the apiserver URL.
+///
+/// ```no_run
+/// # async fn demo() -> fencing_core::Result<()> {
+/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing_kube::{KubeConfig, KubeLeaseSource};
+///
+/// let source = KubeLeaseSource::connect(
+///     KubeConfig::new("team-a")?.kubeconfig("/etc/kube/lease-user.conf"),
+/// )
+/// .await?;
+/// let grant = source.acquire(&ResourceName::new("ledger-writer")?, &AcquireOptions::new()).await?;
+/// println!("token {}", grant.token()); // the Lease's resourceVersion at the grant
+/// grant.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KubeLeaseSource {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    leases: Leases,
+    options: LeaseOptions,
+    identity: SourceId,
+    holder: String,
+    /// When each Lease's resourceVersion was last seen to change, on our
+    /// monotonic clock: the base of expiry.
+    seen: Mutex<HashMap<String, Observed>>,
+}
+
+impl std::fmt::Debug for KubeLeaseSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeLeaseSource")
+            .field("server", &self.inner.leases.server())
+            .field("namespace", &self.inner.leases.namespace())
+            .field("identity", &self.inner.identity)
+            .finish()
+    }
+}
+
+impl KubeLeaseSource {
+    /// Loads the client configuration (see [`KubeConfig`]) and checks that
+    /// the apiserver answers and accepts the credentials. An unreachable
+    /// apiserver is an [`Error::Timeout`] or [`Error::Backend`] naming its
+    /// URL; rejected credentials are [`Error::PermissionDenied`]; a missing
+    /// kubeconfig file is [`Error::Config`] naming the path.
+    pub async fn connect(cfg: KubeConfig) -> Result<Self> {
+        check_namespace(&cfg.namespace)?;
+        cfg.options.check()?;
+        let config = client_config(&cfg).await?;
+        let server = config.cluster_url.to_string();
+        let server = server.trim_end_matches('/').to_owned();
+        let client = kube::Client::try_from(config)
+            .map_err(|e| Error::Config(format!("Kubernetes client for {server}: {e}")))?;
+        let source = Self::build(client, &cfg.namespace, cfg.options, &server)?;
+        source.inner.leases.probe().await?;
+        Ok(source)
+    }
+
+    /// Parses a `kube://` URL (see [`KubeConfig::from_url`]) and connects.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        Self::connect(KubeConfig::from_url(url)?).await
+    }
+
+    /// A source over an existing client. Nothing is sent until first use.
+    /// Set [`LeaseOptions::cluster`] to name the cluster in the source
+    /// identity; without it the identity says `kube:client/NAMESPACE`.
+    pub fn from_client(
+        client: kube::Client,
+        namespace: &str,
+        options: LeaseOptions,
+    ) -> Result<Self> {
+        check_namespace(namespace)?;
+        options.check()?;
+        Self::build(client, namespace, options, "client")
+    }
+
+    fn build(
+        client: kube::Client,
+        namespace: &str,
+        options: LeaseOptions,
+        server: &str,
+    ) -> Result<Self> {
+        let cluster = options.cluster.clone().unwrap_or_else(|| server.to_owned());
+        Ok(KubeLeaseSource {
+            inner: Arc::new(Inner {
+                leases: Leases::new(client, namespace, server, options.request_timeout),
+                identity: SourceId::new(format!("kube:{cluster}/{namespace}")),
+                options,
+                holder: default_holder_identity(),
+                seen: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The namespace of the Leases.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        self.inner.leases.namespace()
+    }
+
+    /// The underlying client, for the application's own calls.
+    #[must_use]
+    pub fn client(&self) -> kube::Client {
+        self.inner.leases.client().clone()
+    }
+
+    /// The holder identity used when the acquire options name none.
+    #[must_use]
+    pub fn default_holder(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// When we last saw `name` change, updated with what we just read.
+    fn observed_at(&self, name: &str, rv: Option<&str>, now: Instant) -> Instant {
+        let mut seen = self.inner.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match rv {
+            None => {
+                seen.remove(name);
+                now
+            }
+            Some(rv) => {
+                let next = observe(seen.get(name), rv, now);
+                let at = next.at;
+                seen.insert(name.to_owned(), next);
+                at
+            }
+        }
+    }
+
+    /// Waits (or, with `wait == false`, tries once) for the resource.
+    async fn take(
+        &self,
+        resource: &ResourceName,
+        opts: &AcquireOptions,
+        wait: bool,
+    ) -> Result<Option<Grant>> {
+        let name = lease_name(resource)?;
+        let timings = self.inner.options.timings(opts.ttl);
+        let holder = opts.holder.as_deref().unwrap_or(&self.inner.holder);
+        if holder.is_empty() {
+            return Err(Error::Config(
+                "holder identity must not be empty (an empty holderIdentity marks a free Lease)"
+                    .into(),
+            ));
+        }
+        loop {
+            match self.attempt(resource, name, holder, timings).await {
+                Ok(Some(grant)) => return Ok(Some(grant)),
+                Ok(None) if !wait => return Ok(None),
+                Ok(None) => {}
+                // Like client-go, a waiting candidate rides out an apiserver
+                // that is restarting; the caller's timeout bounds the wait.
+                Err(e @ (Error::Timeout { .. } | Error::Backend { .. })) if wait => {
+                    tracing::warn!(lease = name, error = %e, "kube acquire attempt failed; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(timings.retry).await;
+        }
+    }
+
+    /// One read and, if the Lease is free, expired or absent, one write.
+    async fn attempt(
+        &self,
+        resource: &ResourceName,
+        name: &str,
+        holder: &str,
+        timings: Timings,
+    ) -> Result<Option<Grant>> {
+        let leases = &self.inner.leases;
+        let read = leases.get(name).await?;
+        let now = Instant::now();
+        let view = read.as_ref().map(LeaseView::of);
+        let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
+        let sent = Instant::now();
+        let written = match (decide(view.as_ref(), observed_at, now)?, read) {
+            (Decision::Held { .. }, _) => return Ok(None),
+            (Decision::Create, _) => {
+                let lease = new_lease(name, holder, timings.lease_seconds(), SystemTime::now());
+                leases.create(&lease).await
+            }
+            (Decision::Take { transitions }, Some(read)) => {
+                let lease = taken_lease(
+                    read,
+                    holder,
+                    timings.lease_seconds(),
+                    transitions,
+                    SystemTime::now(),
+                );
+                leases.replace(&lease).await
+            }
+            (Decision::Take { .. }, None) => {
+                return Err(Error::backend(
+                    "kube acquire",
+                    "decided to take a Lease it did not read",
+                ))
+            }
+        };
+        match written {
+            Ok(lease) => self
+                .grant(resource, lease, holder, sent, timings)
+                .await
+                .map(Some),
+            // Someone else wrote first, or deleted the Lease under us.
+            Err(Failure::Conflict | Failure::NotFound) => Ok(None),
+            Err(f) => Err(f.into_error(leases.call("acquire", name))),
+        }
+    }
+
+    /// Wraps the Lease our write returned into a grant and starts renewing.
+    async fn grant(
+        &self,
+        resource: &ResourceName,
+        lease: Lease,
+        holder: &str,
+        sent: Instant,
+        timings: Timings,
+    ) -> Result<Grant> {
+        let view = LeaseView::of(&lease);
+        let token = match parse_rv(&view.rv) {
+            Ok(t) => t,
+            Err(e) => {
+                // We hold a Lease we cannot fence with; give it back.
+                let _ = self
+                    .inner
+                    .leases
+                    .replace(&released_lease(lease, SystemTime::now()))
+                    .await;
+                return Err(e);
+            }
+        };
+        let key = GrantKey {
+            namespace: self.namespace().to_owned(),
+            name: resource.as_str().to_owned(),
+            uid: view.uid,
+            holder: holder.to_owned(),
+            transitions: view.transitions,
+        };
+        let info = GrantInfo {
+            token,
+            resource: resource.clone(),
+            holder: holder.to_owned(),
+            source: self.inner.identity.clone(),
+            key: key.encode(),
+            ttl: timings.lease,
+        };
+        tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
+        let tracker = LeaseTracker::new(sent, timings.renew);
+        let held = Held { lease, key, token };
+        let backend = KubeGrant::start(self.inner.leases.clone(), held, tracker.clone(), timings);
+        Ok(Grant::new(info, tracker, Box::new(backend)))
+    }
+}
+
+#[async_trait]
+impl FencingSource for KubeLeaseSource {
+    fn identity(&self) -> &SourceId {
+        &self.inner.identity
+    }
+
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        let operation = || {
+            format!(
+                "acquire Lease {}/{resource} on {}",
+                self.namespace(),
+                self.inner.leases.server()
+            )
+        };
+        let grant = with_timeout(
+            options.timeout,
+            operation,
+            self.take(resource, options, true),
+        )
+        .await?;
+        grant.ok_or_else(|| Error::backend("kube acquire", "gave up without waiting"))
+    }
+
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
+        self.take(resource, options, false).await
+    }
+
+    /// True iff the Lease still names the grant's holder identity with its
+    /// transitions count, and is the same Lease object (UID).
+    async fn validate(&self, grant: &Grant) -> Result<bool> {
+        ensure_same_source(&self.inner.identity, grant)?;
+        let key = GrantKey::decode(grant.key(), grant.holder())?;
+        let current = self.inner.leases.get(&key.name).await?;
+        Ok(current.is_some_and(|l| LeaseView::of(&l).names(&key)))
+    }
+
+    /// The holder the Lease names, whether or not its lease has run out on
+    /// anyone's clock (expiry is judged by each candidate). Its token is the
+    /// one our holders record; for a client-go holder, which records none,
+    /// the Lease's current resourceVersion (see the crate documentation).
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
+        let name = lease_name(resource)?;
+        let Some(lease) = self.inner.leases.get(name).await? else {
+            return Ok(None);
+        };
+        Ok(LeaseView::of(&lease)
+            .holder_token()?
+            .map(|(holder, token)| HolderInfo { holder, token }))
+    }
+}
