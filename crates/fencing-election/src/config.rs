@@ -30,7 +30,10 @@ pub struct ElectionConfig {
     /// The candidate's name, shown to followers as the leader's identity.
     pub identity: String,
     /// The TTL each term's grant is acquired with: how long the coordinator
-    /// keeps a silent leader's lease before others may take over.
+    /// keeps a silent leader's lease before others may take over. A source
+    /// may adjust it (etcd rounds up to whole seconds, ZooKeeper negotiates
+    /// the session timeout within the server's bounds); the grant's actual
+    /// TTL is what the loss rule uses.
     pub lease_duration: Duration,
     /// A leader whose lease was last renewed longer ago than this counts as
     /// having lost leadership (it steps down before the lease can run out at

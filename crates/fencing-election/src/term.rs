@@ -202,3 +202,53 @@ impl LeaderContext {
         self.term.lost().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn term(ttl: Duration, renew_deadline: Duration) -> Term {
+        Term {
+            tracker: LeaseTracker::new(Instant::now(), ttl),
+            ttl,
+            renew_deadline,
+            token: FencingToken::new(7),
+            identity: "a".into(),
+            election: ResourceName::new("e").unwrap(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renew_deadline_counts_from_the_last_renewal_send_time() {
+        let (ttl, renew) = (Duration::from_secs(15), Duration::from_secs(10));
+        let t = term(ttl, renew);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        let sent = Instant::now();
+        assert!(t.tracker.renewed(sent, ttl));
+        assert_eq!(t.renew_by(), sent + renew);
+        let reason = t.lost().await;
+        assert_eq!(Instant::now(), sent + renew, "not at the renew deadline");
+        assert!(reason.contains("renew_deadline"), "{reason}");
+        // Sticky: a late renewal does not make it leader again.
+        assert!(!t.tracker.renewed(Instant::now(), ttl));
+        assert!(t.loss().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_grant_s_own_deadline_wins_when_it_comes_first() {
+        // renew_deadline above the grant's deadline (ttl - 10 %).
+        let t = term(Duration::from_secs(10), Duration::from_millis(9_500));
+        let start = Instant::now();
+        let reason = t.lost().await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(9));
+        assert_eq!(reason, "local deadline passed");
+    }
+
+    #[tokio::test]
+    async fn server_side_loss_is_reported_at_once() {
+        let t = term(Duration::from_secs(15), Duration::from_secs(10));
+        assert!(t.loss().is_none());
+        t.tracker.mark_lost("key deleted");
+        assert_eq!(t.lost().await, "key deleted");
+    }
+}
