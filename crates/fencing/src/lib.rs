@@ -21,8 +21,9 @@
 //! gate.admit(&ledger, grant.token()).await?;
 //! grant.release().await?;
 //!
-//! // Backends that are not built in are refused with a clear message.
-//! assert!(fencing::connect("kube://default").await.is_err());
+//! // Backends that are not built in, and malformed URLs, are refused with
+//! // a clear message.
+//! assert!(fencing::connect("kube://").await.is_err());
 //! # Ok(()) }
 //! ```
 
@@ -51,6 +52,11 @@ pub use fencing_zookeeper as zookeeper;
 #[cfg(feature = "postgres")]
 pub use fencing_postgres as postgres;
 
+/// The Kubernetes backend ([`KubeLeaseSource`](fencing_kube::KubeLeaseSource));
+/// feature `kube`. Enable a k8s-openapi version feature in your application.
+#[cfg(feature = "kube")]
+pub use fencing_kube as kube;
+
 /// A gate for HTTP stores ([`FencingLayer`](fencing_http::FencingLayer));
 /// feature `http`.
 #[cfg(feature = "http")]
@@ -73,9 +79,14 @@ pub use fencing_http as http;
 ///   — a ZooKeeper ensemble (feature `zookeeper`; see
 ///   `fencing_zookeeper::ZkConfig::from_url`).
 ///
-/// The scheme `kube` is recognised but its backend is not part of this
-/// build; it, unknown schemes and malformed URLs give [`Error::Config`]
-/// naming the problem.
+/// - `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`
+///   — Kubernetes Leases in NAMESPACE, compatible with client-go's
+///   leader election (feature `kube`; see `fencing_kube::KubeConfig::from_url`).
+///   Without `kubeconfig=` the client comes from `KUBECONFIG`,
+///   `~/.kube/config` or the in-cluster service account.
+///
+/// A scheme whose backend is not part of this build, unknown schemes and
+/// malformed URLs give [`Error::Config`] naming the problem.
 ///
 /// Opening a local directory is blocking file I/O, so it runs on tokio's
 /// blocking pool; call this from inside a tokio runtime.
@@ -95,6 +106,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
         SourceUrl::Etcd(cfg) => Ok(Arc::new(fencing_etcd::EtcdSource::connect(cfg).await?)),
         #[cfg(feature = "zookeeper")]
         SourceUrl::Zk(cfg) => Ok(Arc::new(fencing_zookeeper::ZkSource::connect(cfg).await?)),
+        #[cfg(feature = "kube")]
+        SourceUrl::Kube(cfg) => Ok(Arc::new(fencing_kube::KubeLeaseSource::connect(cfg).await?)),
     }
 }
 
@@ -165,6 +178,7 @@ mod tests {
             let msg = config_message(connect("zk://zk1:2181/locks").await);
             assert!(msg.contains("this build has no ZooKeeper"), "{msg}");
         }
+        #[cfg(not(feature = "kube"))]
         for (url, scheme) in [("kube://default", "Kubernetes")] {
             let msg = config_message(connect(url).await);
             assert!(
@@ -187,6 +201,13 @@ mod tests {
             ),
             "{unreachable:?}"
         );
+    }
+
+    #[cfg(feature = "kube")]
+    #[tokio::test]
+    async fn kube_url_with_a_missing_kubeconfig_names_the_path() {
+        let msg = config_message(connect("kube://team-a?kubeconfig=/nonexistent/kube.conf").await);
+        assert!(msg.contains("/nonexistent/kube.conf"), "{msg}");
     }
 
     #[tokio::test]

@@ -43,6 +43,10 @@ pub enum SourceUrl {
     /// [`fencing_zookeeper::ZkConfig::from_url`].
     #[cfg(feature = "zookeeper")]
     Zk(fencing_zookeeper::ZkConfig),
+    /// `kube://NAMESPACE[?kubeconfig=PATH&...]`, already checked by
+    /// [`fencing_kube::KubeConfig::from_url`].
+    #[cfg(feature = "kube")]
+    Kube(fencing_kube::KubeConfig),
 }
 
 impl SourceUrl {
@@ -77,10 +81,13 @@ impl SourceUrl {
                 "ZooKeeper",
                 "feature `zookeeper` of the fencing crate",
             )),
+            #[cfg(feature = "kube")]
+            "kube" => fencing_kube::KubeConfig::from_url(url).map(SourceUrl::Kube),
+            #[cfg(not(feature = "kube"))]
             "kube" => Err(missing_backend(
                 scheme,
                 "Kubernetes",
-                "fencing-kube crate, which has not landed",
+                "feature `kube` of the fencing crate",
             )),
             _ => Err(config(format!(
                 "unknown fencing source scheme {scheme:?} in {url:?}; known schemes: {}",
@@ -230,7 +237,22 @@ mod tests {
         }
         #[cfg(not(feature = "zookeeper"))]
         assert!(err("zk://h:2181").contains("no ZooKeeper backend"));
+        #[cfg(not(feature = "kube"))]
         assert!(err("kube://ns").contains("no Kubernetes backend"));
+    }
+
+    #[cfg(feature = "kube")]
+    #[test]
+    fn kube_urls_are_parsed_by_the_backend() {
+        let Ok(SourceUrl::Kube(cfg)) =
+            SourceUrl::parse("kube://team-a?kubeconfig=/k&ttl=6&renew_deadline=4&retry_period=1")
+        else {
+            panic!("kube URL not parsed")
+        };
+        assert_eq!(cfg.namespace, "team-a");
+        assert_eq!(cfg.kubeconfig, Some(PathBuf::from("/k")));
+        assert!(err("kube://").contains("namespace is missing"));
+        assert!(err("kube://Bad_Name").contains("DNS-1123"));
     }
 
     #[test]
