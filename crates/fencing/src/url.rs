@@ -108,6 +108,11 @@ fn is_scheme(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
+#[cfg(any(
+    not(feature = "etcd"),
+    not(feature = "zookeeper"),
+    not(feature = "kube")
+))]
 fn missing_backend(scheme: &str, system: &str, krate: &str) -> Error {
     config(format!(
         "this build has no {system} backend for {scheme}:// URLs (it needs the {krate})"
