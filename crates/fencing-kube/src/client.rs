@@ -130,7 +130,7 @@ impl Leases {
     ) -> std::result::Result<T, Failure> {
         match tokio::time::timeout(self.limit, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(call, e)),
+            Ok(Err(e)) => Err(classify(call, e, self.limit)),
             Err(_) => Err(Failure::Other(timed_out(call, self.limit))),
         }
     }

@@ -53,8 +53,9 @@ impl Failure {
     }
 }
 
-/// Sorts a kube error into the cases above.
-pub(crate) fn classify(call: Call<'_>, err: kube::Error) -> Failure {
+/// Sorts a kube error into the cases above. `limit` is the request's time
+/// limit, reported when the connection itself timed out.
+pub(crate) fn classify(call: Call<'_>, err: kube::Error, limit: std::time::Duration) -> Failure {
     match err {
         kube::Error::Api(status) => match status.code {
             409 => Failure::Conflict,
@@ -77,11 +78,27 @@ pub(crate) fn classify(call: Call<'_>, err: kube::Error) -> Failure {
         kube::Error::Auth(e) => Failure::Other(Error::PermissionDenied(format!(
             "{call}: could not load the client credentials: {e}"
         ))),
+        other if timed_out_inside(&other) => Failure::Other(timed_out(call, limit)),
         other => Failure::Other(Error::backend(
             format!("{call}: could not reach the apiserver"),
             other,
         )),
     }
+}
+
+/// True when the client gave up connecting (TCP or TLS handshake) on its
+/// connect timeout: a silent server, reported like our own timeouts.
+fn timed_out_inside(err: &kube::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The RBAC verb behind one of our calls.
