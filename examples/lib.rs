@@ -1,7 +1,12 @@
-//! Runnable examples; see the `[[example]]` entries in Cargo.toml.
+//! Runnable examples; see the `[[example]]` and `[[bin]]` entries in
+//! Cargo.toml.
 //!
-//! This library exists so that the code blocks in the repository README are
-//! compiled and run as doctests.
+//! The library holds what the examples share ([`FileStore`], the storage
+//! side) and compiles the code blocks of the repository README as doctests.
+
+mod file_store;
+
+pub use file_store::{Accepted, FileStore};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
