@@ -131,14 +131,6 @@ fn assert_usage_error(args: &[&str], expect: &str) {
 }
 
 #[test]
-fn kubernetes_source_is_refused_because_the_backend_is_not_built() {
-    assert_usage_error(
-        &["demo", "--source", "kube://default"],
-        "this build has no Kubernetes backend",
-    );
-}
-
-#[test]
 fn malformed_and_unknown_sources_are_usage_errors() {
     assert_usage_error(&["demo", "--source", "nonsense"], "no scheme");
     assert_usage_error(

@@ -238,7 +238,11 @@ pub(crate) async fn owner(zk: &Zk, dir: &str) -> Result<Option<(String, FencingT
 pub(crate) async fn delete(zk: &Zk, path: &str) -> Result<()> {
     let deleting = async {
         match zk.client.delete(path, None).await {
-            Err(zookeeper_client::Error::NoNode) => Ok(()),
+            // Gone already; with an expired session the server deleted the
+            // ephemeral node itself, so there is nothing left to release.
+            Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::SessionExpired) => {
+                Ok(())
+            }
             other => other,
         }
     };
