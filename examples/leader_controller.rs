@@ -20,8 +20,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use fencing::election::{ElectionConfig, LeaderContext, LeaderElector};
 use fencing::{Error, ResourceName, Result};
-use fencing_election::{ElectionConfig, LeaderContext, LeaderElector};
 use fencing_examples::FileStore;
 
 struct Replica {

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing::election::{ElectionConfig, LeaderElector};
 use fencing::FencingSource;
-use fencing_election::{ElectionConfig, LeaderElector};
 use serde_json::json;
 
 use crate::events::{emit, term};

@@ -62,6 +62,11 @@ pub use fencing_kube as kube;
 #[cfg(feature = "http")]
 pub use fencing_http as http;
 
+/// Leader election over any source, with client-go's names and defaults
+/// ([`LeaderElector`](fencing_election::LeaderElector)); each term carries
+/// its own fencing token.
+pub use fencing_election as election;
+
 /// Opens the fencing source a URL names.
 ///
 /// Supported:
