@@ -394,6 +394,12 @@ current-context: {name}@fencing-test
 }
 
 /// A kube-apiserver and its etcd on loopback. See the module docs.
+///
+/// Both processes also get SIGKILL when the thread that started them exits
+/// (so a test process killed outright leaves none behind): start and
+/// restart them from a thread that lives as long as the cluster, such as
+/// the test's own thread or a tokio runtime worker, not a blocking-pool
+/// thread.
 pub struct KubeCluster {
     /// `None` while stopped by [`KubeCluster::stop_apiserver`].
     apiserver: Option<Reaped>,
