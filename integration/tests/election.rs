@@ -1,5 +1,5 @@
 //! LeaderElector on real clusters (a 3-member etcd 3.6 cluster, a 3-server
-//! ZooKeeper 3.9 ensemble) and on LocalSource: hand-over on resign, a
+//! ZooKeeper 3.9 ensemble, a kube-apiserver 1.36) and on LocalSource: hand-over on resign, a
 //! SIGKILLed leader process replaced, leadership that never overlaps (judged
 //! by a gate on the recorded history), and a follower observing each leader.
 //!
@@ -10,10 +10,12 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing::election::{ElectionConfig, Leader, LeaderElector, Observer};
 use fencing::{Error, FencingSource, FencingToken, Gate, MemoryGate, ResourceName};
-use fencing_election::{ElectionConfig, Leader, LeaderElector, Observer};
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
+use fencing_integration::kube_cluster::KubeUser;
+use fencing_integration::kube_fixture::KubeFixture;
 use fencing_integration::zk_ensemble::ZkVersion;
 use fencing_integration::zk_fixture::ZkFixture;
 use fencing_testkit::{Event, History};
@@ -50,6 +52,7 @@ struct Backend {
 enum Running {
     Etcd(EtcdFixture),
     Zk(ZkFixture),
+    Kube(Box<KubeFixture>),
     Local(tempfile::TempDir),
 }
 
@@ -76,6 +79,18 @@ impl Backend {
             name: "ZooKeeper 3.9",
             url,
             _running: Running::Zk(f),
+        }
+    }
+
+    /// A real kube-apiserver; candidates use the least-privileged user of
+    /// deploy/kubernetes/rbac.yaml.
+    async fn kube() -> Backend {
+        let f = KubeFixture::start().await;
+        let url = f.url(KubeUser::LeaseUser);
+        Backend {
+            name: "Kubernetes 1.36",
+            url,
+            _running: Running::Kube(Box::new(f)),
         }
     }
 
@@ -359,6 +374,10 @@ macro_rules! on_each_backend {
         mod zk_3_9 { $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() { super::$scenario(super::Backend::zk().await).await }
+        )* }
+        mod kube_1_36 { $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() { super::$scenario(super::Backend::kube().await).await }
         )* }
     };
 }
