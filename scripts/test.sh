@@ -29,5 +29,8 @@ cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --b
 echo "== ZooKeeper benchmark: ZkSource vs Curator InterProcessMutex (figures, not a pass/fail check)"
 cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend zk --iterations 40
 
+echo "== Kubernetes benchmark: KubeLeaseSource vs client-go leaderelection (figures, not a pass/fail check)"
+cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend kube --iterations 40
+
 echo "== gate benchmark: guarded vs plain PostgreSQL UPDATE, MemoryGate admit (figures, not a pass/fail check)"
 cargo run --locked -q --release -p fencing-integration --bin gate-bench -- --iterations 500
