@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use rustix::process::Signal;
 
 use failure::Failure;
 
@@ -97,11 +98,21 @@ fn main() -> ExitCode {
 
 /// Resolves on SIGINT or SIGTERM with the conventional 128+signal code.
 pub(crate) async fn interrupted() -> Failure {
-    use tokio::signal::unix::{signal, SignalKind};
-    let failure = |code, name: &str| Failure {
-        code,
-        message: format!("interrupted by {name}"),
+    let signal = stop_signal().await;
+    let name = if signal == Signal::INT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
     };
+    Failure {
+        code: 128u8.wrapping_add(signal.as_raw() as u8),
+        message: format!("interrupted by {name}"),
+    }
+}
+
+/// The first SIGINT or SIGTERM sent to `fence`.
+pub(crate) async fn stop_signal() -> Signal {
+    use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -111,8 +122,8 @@ pub(crate) async fn interrupted() -> Failure {
         return std::future::pending().await;
     };
     tokio::select! {
-        _ = int.recv() => failure(130, "SIGINT"),
-        _ = term.recv() => failure(143, "SIGTERM"),
+        _ = int.recv() => Signal::INT,
+        _ = term.recv() => Signal::TERM,
     }
 }
 

@@ -134,7 +134,7 @@ async fn supervise(child: &mut Child, grant: Grant, grace: Duration) -> Result<u
         biased;
         reason = grant.lost() => Stop::Lost(reason),
         status = child.wait() => Stop::Exited(status),
-        signal = forwarded_signal() => Stop::Asked(signal),
+        signal = crate::stop_signal() => Stop::Asked(signal),
     };
     match outcome {
         Stop::Exited(status) => {
@@ -209,20 +209,5 @@ fn exit_code(status: ExitStatus) -> u8 {
         (Some(code), _) => code as u8,
         (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
         (None, None) => 1,
-    }
-}
-
-/// SIGINT or SIGTERM sent to `fence`, to pass on to the command.
-async fn forwarded_signal() -> Signal {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => Signal::INT,
-        _ = term.recv() => Signal::TERM,
     }
 }

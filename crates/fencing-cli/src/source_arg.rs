@@ -33,13 +33,8 @@ pub fn classify(e: Error, context: &str) -> Failure {
 
 /// Parses decimal seconds (`15`, `0.5`) for duration flags.
 pub fn seconds(text: &str) -> std::result::Result<Duration, String> {
-    let secs: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0 * 365.0) {
-        return Err(format!("{text:?} must be more than 0 and at most a year"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    fencing::positive_seconds(text)
+        .ok_or_else(|| format!("{text:?} is not a positive number of seconds"))
 }
 
 #[cfg(test)]

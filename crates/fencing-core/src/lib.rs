@@ -51,7 +51,10 @@ pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN};
-pub use settings::{is_host_port, positive_seconds};
+pub use settings::{
+    check_leader_timings, is_host_port, positive_seconds, DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+};
 pub use source::{
     default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
 };

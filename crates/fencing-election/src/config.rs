@@ -49,12 +49,7 @@ pub struct ElectionConfig {
     pub retry_period: Duration,
 }
 
-/// client-go's default lease duration.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-/// client-go's default renew deadline.
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
-/// client-go's default retry period.
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+pub use fencing_core::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
 
 impl ElectionConfig {
     /// A candidate named `identity` with client-go's default timings.
@@ -93,29 +88,16 @@ impl ElectionConfig {
     /// `lease_duration > renew_deadline > 1.2 x retry_period`. The
     /// [`Error::Config`] names the rule that failed.
     pub fn validate(&self) -> Result<()> {
-        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
         if self.identity.is_empty() {
             return Err(Error::Config(
                 "election identity must not be empty".to_owned(),
             ));
         }
-        if retry.is_zero() {
-            return Err(Error::Config(
-                "retry_period must be greater than zero".to_owned(),
-            ));
-        }
-        if lease <= renew {
-            return Err(Error::Config(format!(
-                "lease_duration ({lease:?}) must be greater than renew_deadline ({renew:?})"
-            )));
-        }
-        // renew > 1.2 x retry, in integers: 5 x renew > 6 x retry.
-        if renew.as_nanos() * 5 <= retry.as_nanos() * 6 {
-            return Err(Error::Config(format!(
-                "renew_deadline ({renew:?}) must be greater than 1.2 x retry_period ({retry:?})"
-            )));
-        }
-        Ok(())
+        fencing_core::check_leader_timings(
+            self.lease_duration,
+            self.renew_deadline,
+            self.retry_period,
+        )
     }
 }
 

@@ -8,18 +8,10 @@ use fencing_core::{positive_seconds, Error, Result};
 
 use crate::names::check_namespace;
 
-/// Default lease duration (client-go's `LeaseDuration` example value).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-/// Default renew deadline (client-go's `RenewDeadline` example value).
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
-/// Default retry period (client-go's `RetryPeriod` example value).
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+pub use fencing_core::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
+
 /// Default limit for one request to the apiserver.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// client-go's `JitterFactor`: the renew deadline must exceed the retry
-/// period by this factor so that a renewal round fits before the deadline.
-const JITTER_FACTOR: f64 = 1.2;
 
 /// Lease timing and request settings, with the names and defaults of
 /// client-go's `LeaderElectionConfig`.
@@ -108,27 +100,17 @@ impl LeaseOptions {
     /// client-go's rule: lease duration > renew deadline > 1.2 x retry
     /// period, all positive; otherwise [`Error::Config`].
     pub fn check(&self) -> Result<()> {
+        if self.request_timeout.is_zero() {
+            return Err(Error::Config(
+                "Kubernetes request timeout must be positive".into(),
+            ));
+        }
         let Timings {
             lease,
             renew,
             retry,
         } = self.timings(None);
-        if retry.is_zero() || self.request_timeout.is_zero() {
-            return Err(Error::Config(
-                "Kubernetes retry period and request timeout must be positive".into(),
-            ));
-        }
-        if lease <= renew {
-            return Err(Error::Config(format!(
-                "Kubernetes lease duration {lease:?} must be longer than the renew deadline {renew:?}"
-            )));
-        }
-        if renew.as_secs_f64() <= JITTER_FACTOR * retry.as_secs_f64() {
-            return Err(Error::Config(format!(
-                "Kubernetes renew deadline {renew:?} must be longer than 1.2 x the retry period {retry:?}"
-            )));
-        }
-        Ok(())
+        fencing_core::check_leader_timings(lease, renew, retry)
     }
 
     /// The timings for one grant. A TTL given with the acquire replaces the
@@ -137,8 +119,9 @@ impl LeaseOptions {
     /// (15 : 10 : 2) so the grant still follows the rule of [`Self::check`].
     pub(crate) fn timings(&self, ttl: Option<Duration>) -> Timings {
         let lease = ttl.map_or(self.lease_duration, whole_seconds);
-        let fits = lease > self.renew_deadline
-            && self.renew_deadline.as_secs_f64() > JITTER_FACTOR * self.retry_period.as_secs_f64();
+        let fits =
+            fencing_core::check_leader_timings(lease, self.renew_deadline, self.retry_period)
+                .is_ok();
         if ttl.is_none() || fits {
             Timings {
                 lease,
@@ -353,8 +336,8 @@ mod tests {
             ("kube://a?bogus=1", "unknown parameter \"bogus\""),
             ("kube://a?ttl", "not key=value"),
             ("kube://a#x", "fragment"),
-            ("kube://a?ttl=5", "longer than the renew deadline"),
-            ("kube://a?renew_deadline=2", "1.2 x the retry period"),
+            ("kube://a?ttl=5", "must be greater than renew_deadline"),
+            ("kube://a?renew_deadline=2", "1.2 x retry_period"),
         ] {
             let msg = config_err(url);
             assert!(msg.contains(needle), "{url}: {msg}");
