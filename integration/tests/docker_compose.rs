@@ -15,7 +15,14 @@ const SERVICES: [&str; 7] = ["etcd1", "etcd2", "etcd3", "zk1", "zk2", "zk3", "k3
 /// Keys of the Compose specification this file may use; anything else is a
 /// typo that Docker would reject.
 const SERVICE_KEYS: [&str; 9] = [
-    "image", "command", "environment", "ports", "volumes", "healthcheck", "privileged", "tmpfs",
+    "image",
+    "command",
+    "environment",
+    "ports",
+    "volumes",
+    "healthcheck",
+    "privileged",
+    "tmpfs",
     "depends_on",
 ];
 
@@ -25,14 +32,20 @@ fn parse(text: &str) -> Value {
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// `--flag=value` from a command list.
 fn flag(command: &[String], name: &str) -> Option<String> {
     let prefix = format!("--{name}=");
-    command.iter().find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+    command
+        .iter()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
 }
 
 /// Every problem found; empty when the file is right.
@@ -42,11 +55,17 @@ fn problems(compose: &Value) -> Vec<String> {
         return vec!["the file is not a mapping".into()];
     };
     for key in top.keys() {
-        if !["name", "services", "volumes", "networks"].contains(&key.as_str()) && !key.starts_with("x-") {
+        if !["name", "services", "volumes", "networks"].contains(&key.as_str())
+            && !key.starts_with("x-")
+        {
             found.push(format!("unknown top-level key {key}"));
         }
     }
-    let services = top.get("services").and_then(Value::as_object).cloned().unwrap_or_default();
+    let services = top
+        .get("services")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let names: BTreeSet<&str> = services.keys().map(String::as_str).collect();
     if names != SERVICES.into_iter().collect() {
         found.push(format!("services are {names:?}, expected {SERVICES:?}"));
@@ -83,8 +102,12 @@ fn check_service(
     }
     let image = fields.get("image").and_then(Value::as_str).unwrap_or("");
     match image.rsplit_once(':') {
-        Some((_, tag)) if tag != "latest" && tag.chars().any(|c| c.is_ascii_digit()) && !tag.contains('/') => {}
-        _ => found.push(format!("{name}: image {image:?} is not pinned to a version")),
+        Some((_, tag))
+            if tag != "latest" && tag.chars().any(|c| c.is_ascii_digit()) && !tag.contains('/') => {
+        }
+        _ => found.push(format!(
+            "{name}: image {image:?} is not pinned to a version"
+        )),
     }
     let health = fields.get("healthcheck");
     let test = health.map(|h| strings(&h["test"])).unwrap_or_default();
@@ -103,15 +126,21 @@ fn check_service(
     for port in strings(&fields.get("ports").cloned().unwrap_or_default()) {
         let parts: Vec<&str> = port.split(':').collect();
         match parts.as_slice() {
-            ["127.0.0.1", host, container] if container.parse::<u16>().is_ok() => match host.parse::<u16>() {
-                Ok(h) => {
-                    if let Some(other) = host_ports.insert(h, name.to_owned()) {
-                        found.push(format!("{name}: host port {h} is also published by {other}"));
+            ["127.0.0.1", host, container] if container.parse::<u16>().is_ok() => {
+                match host.parse::<u16>() {
+                    Ok(h) => {
+                        if let Some(other) = host_ports.insert(h, name.to_owned()) {
+                            found.push(format!(
+                                "{name}: host port {h} is also published by {other}"
+                            ));
+                        }
                     }
+                    Err(_) => found.push(format!("{name}: bad host port in {port:?}")),
                 }
-                Err(_) => found.push(format!("{name}: bad host port in {port:?}")),
-            },
-            _ => found.push(format!("{name}: port {port:?} is not 127.0.0.1:HOST:CONTAINER")),
+            }
+            _ => found.push(format!(
+                "{name}: port {port:?} is not 127.0.0.1:HOST:CONTAINER"
+            )),
         }
     }
     for volume in strings(&fields.get("volumes").cloned().unwrap_or_default()) {
@@ -122,7 +151,11 @@ fn check_service(
     }
 }
 
-fn check_etcd(services: &serde_json::Map<String, Value>, host_ports: &BTreeMap<u16, String>, found: &mut Vec<String>) {
+fn check_etcd(
+    services: &serde_json::Map<String, Value>,
+    host_ports: &BTreeMap<u16, String>,
+    found: &mut Vec<String>,
+) {
     let members: Vec<(&String, Vec<String>)> = services
         .iter()
         .filter(|(n, _)| n.starts_with("etcd"))
@@ -138,22 +171,34 @@ fn check_etcd(services: &serde_json::Map<String, Value>, host_ports: &BTreeMap<u
             found.push(format!("{name}: --name does not match the service name"));
         }
         if flag(command, "initial-cluster").as_deref() != Some(expected_cluster.as_str()) {
-            found.push(format!("{name}: --initial-cluster is not {expected_cluster}"));
+            found.push(format!(
+                "{name}: --initial-cluster is not {expected_cluster}"
+            ));
         }
         if flag(command, "initial-advertise-peer-urls") != Some(format!("http://{name}:2380")) {
-            found.push(format!("{name}: --initial-advertise-peer-urls does not name itself"));
+            found.push(format!(
+                "{name}: --initial-advertise-peer-urls does not name itself"
+            ));
         }
         // Host clients follow the advertised URL, so it must be this member's published port.
         let advertised = flag(command, "advertise-client-urls").unwrap_or_default();
-        let port = advertised.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        let port = advertised
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok());
         if port.and_then(|p| host_ports.get(&p)) != Some(name) {
-            found.push(format!("{name}: advertised client URL {advertised:?} is not its published port"));
+            found.push(format!(
+                "{name}: advertised client URL {advertised:?} is not its published port"
+            ));
         }
     }
 }
 
 fn check_zookeeper(services: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
-    let zk: Vec<(&String, &Value)> = services.iter().filter(|(n, _)| n.starts_with("zk")).collect();
+    let zk: Vec<(&String, &Value)> = services
+        .iter()
+        .filter(|(n, _)| n.starts_with("zk"))
+        .collect();
     let expected = zk
         .iter()
         .enumerate()
@@ -178,11 +223,17 @@ fn check_k3s(services: &serde_json::Map<String, Value>, found: &mut Vec<String>)
     if k3s["privileged"] != Value::Bool(true) {
         found.push("k3s: must be privileged".into());
     }
-    let output = k3s["environment"]["K3S_KUBECONFIG_OUTPUT"].as_str().unwrap_or("");
+    let output = k3s["environment"]["K3S_KUBECONFIG_OUTPUT"]
+        .as_str()
+        .unwrap_or("");
     let dir = output.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
-    let mounted = strings(&k3s["volumes"]).iter().any(|v| v.starts_with("./") && v.ends_with(&format!(":{dir}")));
+    let mounted = strings(&k3s["volumes"])
+        .iter()
+        .any(|v| v.starts_with("./") && v.ends_with(&format!(":{dir}")));
     if dir.is_empty() || !mounted {
-        found.push(format!("k3s: the kubeconfig output {output:?} is not in a host-mounted directory"));
+        found.push(format!(
+            "k3s: the kubeconfig output {output:?} is not in a host-mounted directory"
+        ));
     }
     if !strings(&k3s["ports"]).iter().any(|p| p.ends_with(":6443")) {
         found.push("k3s: the API port 6443 is not published".into());
@@ -192,7 +243,11 @@ fn check_k3s(services: &serde_json::Map<String, Value>, found: &mut Vec<String>)
 #[test]
 fn the_compose_file_is_well_formed() {
     let found = problems(&parse(COMPOSE));
-    assert!(found.is_empty(), "docker-compose.yml:\n  {}", found.join("\n  "));
+    assert!(
+        found.is_empty(),
+        "docker-compose.yml:\n  {}",
+        found.join("\n  ")
+    );
 }
 
 #[test]
@@ -201,8 +256,16 @@ fn the_checks_catch_broken_files() {
         .replacen("zookeeper:3.9.5", "zookeeper:latest", 1)
         .replacen("\"127.0.0.1:22379:2379\"", "\"127.0.0.1:2379:2379\"", 1)
         .replacen("ZOO_MY_ID: \"3\"", "ZOO_MY_ID: \"1\"", 1)
-        .replacen("    privileged: true\n", "    privileged: true\n    healtcheck: {}\n", 1)
-        .replacen("--initial-cluster=etcd1=http://etcd1:2380,etcd2", "--initial-cluster=etcd1=http://etcd1:2380,etcdX", 1);
+        .replacen(
+            "    privileged: true\n",
+            "    privileged: true\n    healtcheck: {}\n",
+            1,
+        )
+        .replacen(
+            "--initial-cluster=etcd1=http://etcd1:2380,etcd2",
+            "--initial-cluster=etcd1=http://etcd1:2380,etcdX",
+            1,
+        );
     let found = problems(&parse(&broken)).join("\n");
     for expected in [
         "zk1: image \"zookeeper:latest\" is not pinned",
@@ -213,7 +276,9 @@ fn the_checks_catch_broken_files() {
     ] {
         assert!(found.contains(expected), "missed {expected:?} in:\n{found}");
     }
-    assert!(problems(&parse("services: {}\n")).iter().any(|p| p.starts_with("services are")));
+    assert!(problems(&parse("services: {}\n"))
+        .iter()
+        .any(|p| p.starts_with("services are")));
 }
 
 #[test]
@@ -236,11 +301,17 @@ fn the_readme_points_at_ports_the_file_publishes() {
             let hosts = section[start..].split('/').next().unwrap();
             for host in hosts.split(',') {
                 let port = host.rsplit(':').next().unwrap();
-                assert!(published.contains(port), "README uses {host}, which docker-compose.yml does not publish");
+                assert!(
+                    published.contains(port),
+                    "README uses {host}, which docker-compose.yml does not publish"
+                );
             }
             urls += 1;
         }
     }
-    assert!(urls >= 2, "the README section shows an etcd and a ZooKeeper URL");
+    assert!(
+        urls >= 2,
+        "the README section shows an etcd and a ZooKeeper URL"
+    );
     assert!(section.contains("kube://default?kubeconfig=.compose/k3s/kubeconfig.yaml"));
 }
