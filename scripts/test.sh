@@ -23,6 +23,10 @@ cargo test --workspace --locked
 echo "== fence demo (the README's main job)"
 cargo run --locked -q -p fencing-cli --bin fence -- demo
 
+# The benchmarks start helper processes (the holder binary) from the same
+# release directory, so build every integration binary first.
+cargo build --locked -q --release -p fencing-integration --bins
+
 echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"
 cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend etcd --iterations 40
 
