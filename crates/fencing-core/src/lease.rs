@@ -39,6 +39,8 @@ pub struct LeaseTracker {
 #[derive(Debug)]
 struct Inner {
     deadline: watch::Sender<Instant>,
+    /// Send time of the latest confirmed renewal (or of the grant).
+    renewed_at: Mutex<Instant>,
     lost: CancellationToken,
     reason: Mutex<Option<String>>,
 }
@@ -51,6 +53,7 @@ impl LeaseTracker {
         LeaseTracker {
             inner: Arc::new(Inner {
                 deadline,
+                renewed_at: Mutex::new(sent_at),
                 lost: CancellationToken::new(),
                 reason: Mutex::new(None),
             }),
@@ -64,6 +67,10 @@ impl LeaseTracker {
         if !self.is_live() {
             self.mark_lost("local deadline passed before the renewal was confirmed");
             return false;
+        }
+        {
+            let mut last = lock(&self.inner.renewed_at);
+            *last = (*last).max(sent_at);
         }
         let next = local_deadline(sent_at, ttl);
         self.inner.deadline.send_if_modified(|d| {
@@ -85,6 +92,13 @@ impl LeaseTracker {
         }
         drop(slot);
         self.inner.lost.cancel();
+    }
+
+    /// When the request of the latest confirmed renewal (or of the grant
+    /// itself) was sent: the lease is known to have been valid since then.
+    #[must_use]
+    pub fn last_renewal(&self) -> Instant {
+        *lock(&self.inner.renewed_at)
     }
 
     /// The current local deadline.

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{drift_margin, FencingToken, Grant, LeaseTracker, ResourceName, Result};
+use fencing_core::{FencingToken, Grant, LeaseTracker, ResourceName, Result};
 use tokio::time::Instant;
 
 /// The loss rule shared by a [`Leadership`] and its [`LeaderContext`]s.
@@ -15,8 +15,6 @@ use tokio::time::Instant;
 ///    10 %, passed), or
 /// 2. the lease was last renewed longer than `renew_deadline` ago.
 ///
-/// The grant does not expose its last renewal time, only its deadline, which
-/// is `sent + ttl - drift_margin(ttl)`; the send time is recovered from it.
 /// Rule 2 makes a leader step down (and cancel its work) while its lease is
 /// still valid at the coordinator, as client-go's RenewDeadline does, so the
 /// old leader has stopped before anyone else can be elected.
@@ -26,7 +24,6 @@ use tokio::time::Instant;
 #[derive(Debug)]
 struct Term {
     tracker: LeaseTracker,
-    ttl: Duration,
     renew_deadline: Duration,
     token: FencingToken,
     identity: Arc<str>,
@@ -36,10 +33,7 @@ struct Term {
 impl Term {
     /// When rule 2 fires if no renewal arrives before.
     fn renew_by(&self) -> Instant {
-        let deadline = self.tracker.deadline();
-        let held_for = self.ttl.saturating_sub(drift_margin(self.ttl));
-        let last_sent = deadline.checked_sub(held_for).unwrap_or(deadline);
-        last_sent + self.renew_deadline
+        self.tracker.last_renewal() + self.renew_deadline
     }
 
     /// The reason leadership may be lost, or `None` while it holds.
@@ -92,7 +86,6 @@ impl Leadership {
     pub(crate) fn new(grant: Grant, renew_deadline: Duration) -> Self {
         let term = Arc::new(Term {
             tracker: grant.lease().clone(),
-            ttl: grant.ttl(),
             renew_deadline,
             token: grant.token(),
             identity: grant.holder().into(),
@@ -210,7 +203,6 @@ mod tests {
     fn term(ttl: Duration, renew_deadline: Duration) -> Term {
         Term {
             tracker: LeaseTracker::new(Instant::now(), ttl),
-            ttl,
             renew_deadline,
             token: FencingToken::new(7),
             identity: "a".into(),
@@ -228,6 +220,7 @@ mod tests {
         assert_eq!(t.renew_by(), sent + renew);
         let reason = t.lost().await;
         assert_eq!(Instant::now(), sent + renew, "not at the renew deadline");
+        assert_eq!(t.tracker.last_renewal(), sent);
         assert!(reason.contains("renew_deadline"), "{reason}");
         // Sticky: a late renewal does not make it leader again.
         assert!(!t.tracker.renewed(Instant::now(), ttl));
