@@ -97,6 +97,11 @@ fn is_transient(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => match s.code() {
             Code::Unavailable | Code::Aborted => true,
+            // The client cancels a request whose connection closed under it
+            // (a member killed or restarted); another member can serve it.
+            Code::Cancelled => {
+                s.message().contains("operation was canceled") || s.message().contains("connection")
+            }
             Code::Unknown => s.message().contains("transport") || s.message().contains("leader"),
             _ => s.message().contains("leader changed") || s.message().contains("no leader"),
         },
@@ -147,4 +152,29 @@ fn map_err(endpoints: &str, limit: Duration, what: &str, e: etcd_client::Error) 
         }
     }
     Error::backend(format!("etcd {what} on [{endpoints}]"), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_cut_off_with_its_connection_is_retried_but_refusals_are_not() {
+        let status = |s: tonic::Status| etcd_client::Error::GRpcStatus(s);
+        assert!(is_transient(&status(tonic::Status::cancelled(
+            "operation was canceled"
+        ))));
+        assert!(is_transient(&status(tonic::Status::unavailable(
+            "member down"
+        ))));
+        assert!(is_transient(&status(tonic::Status::unknown(
+            "etcdserver: leader changed"
+        ))));
+        assert!(!is_transient(&status(tonic::Status::permission_denied(
+            "etcdserver: permission denied"
+        ))));
+        assert!(!is_transient(&status(tonic::Status::invalid_argument(
+            "bad key"
+        ))));
+    }
 }
