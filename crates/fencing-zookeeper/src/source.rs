@@ -325,20 +325,31 @@ impl FencingSource for ZkSource {
         ensure_same_source(&self.inner.identity, grant)?;
         let session = self.session(self.inner.cfg.session_timeout).await?;
         let zk = &session.zk;
-        // sync first: the server we read from must have seen the latest writes.
+        // sync, then stat, pipelined on one connection: the server answers
+        // the stat only after it caught up with the leader. Sent as two
+        // separate calls, a reconnect in between could land the stat on a
+        // server that is still behind (our best explanation of a fresh grant
+        // once seen as invalid from another client under load). If either
+        // fails, both are retried.
         let dir = lock::lock_dir(&self.inner.cfg.path, grant.resource());
-        zk.read("sync", |c| {
-            let dir = dir.clone();
-            async move {
-                match c.sync(&dir).await {
-                    Err(zookeeper_client::Error::NoNode) => Ok(()),
-                    other => other,
+        let node = grant.key().to_owned();
+        let stat = zk
+            .read("sync and stat", |c| {
+                let (dir, node) = (dir.clone(), node.clone());
+                async move {
+                    let sync = async {
+                        match c.sync(&dir).await {
+                            Err(zookeeper_client::Error::NoNode) => Ok(()),
+                            other => other,
+                        }
+                    };
+                    let ((), stat) = tokio::try_join!(sync, c.check_stat(&node))?;
+                    Ok(stat)
                 }
-            }
-        })
-        .await?;
-        Ok(lock::stat(zk, grant.key())
-            .await?
+            })
+            .await?;
+        Ok(stat
+            .map(|s| s.czxid)
             .is_some_and(|czxid| czxid as u64 == grant.token().get()))
     }
 
