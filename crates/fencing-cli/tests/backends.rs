@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
 use fencing_integration::kube_cluster::KubeUser;
@@ -82,16 +80,9 @@ fn kubernetes_url_mistakes_are_usage_errors() {
         ),
         ("kube://ns?ttl=abc", "ttl"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_fence"))
-            .args(["run", "--source", url, "--lock", "l", "--", "true"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{url}: {stderr}");
-        assert!(
-            stderr.contains(names),
-            "{url} should name {names:?}: {stderr}"
+        common::assert_usage_error(
+            &["run", "--source", url, "--lock", "l", "--", "true"],
+            names,
         );
     }
 }

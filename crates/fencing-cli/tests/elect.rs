@@ -1,6 +1,8 @@
 //! `fence elect` and `fence observe` as scripts use them: real processes,
 //! JSON lines on stdout, a LocalSource directory shared between them.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -226,18 +228,7 @@ fn command_line_mistakes_are_one_line_and_exit_2() {
         ),
     ];
     for (args, names) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_fence"))
-            .args(*args)
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(names),
-            "{args:?} should name {names:?}: {stderr}"
-        );
+        common::assert_usage_error(args, names);
     }
 }
 

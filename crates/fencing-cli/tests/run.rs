@@ -197,14 +197,7 @@ fn every_command_line_mistake_is_one_line_and_exit_2() {
         ),
     ];
     for (args, names) in cases {
-        let out = output(args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(names),
-            "{args:?} should name {names:?}: {stderr}"
-        );
+        common::assert_usage_error(args, names);
     }
 }
 

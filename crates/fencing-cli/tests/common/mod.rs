@@ -19,6 +19,19 @@ pub fn fence() -> Command {
     cmd
 }
 
+/// Runs `fence ARGS` and checks the contract for a command-line mistake:
+/// exit status 2 and exactly one line on stderr that names `names`.
+pub fn assert_usage_error(args: &[&str], names: &str) {
+    let out = fence().args(args).output().expect("run fence");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(names),
+        "{args:?} should name {names:?}: {stderr}"
+    );
+}
+
 /// A `fence` process that is killed if the test fails half way.
 pub struct Running(Child);
 
