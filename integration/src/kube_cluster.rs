@@ -565,10 +565,14 @@ impl KubeCluster {
     }
 
     /// Stops the apiserver gracefully and starts it again on the same port
-    /// with the same certificates; returns once `/readyz` says `ok`.
+    /// with the same certificates; returns once `/readyz` says `ok` and
+    /// lease-user's rights are in effect again.
     pub async fn restart_apiserver(&mut self) -> Result<(), HarnessError> {
         self.stop_apiserver().await;
-        self.start_apiserver().await
+        self.start_apiserver().await?;
+        // /readyz can say ok before the authorizer's caches hold the Roles
+        // again; until then every request of lease-user gets 403.
+        self.wait_can_get_leases(KubeUser::LeaseUser).await
     }
 
     /// Stops the apiserver with SIGSTOP: its sockets stay open but it

@@ -177,11 +177,16 @@ impl KubeLeaseSource {
                     .into(),
             ));
         }
+        // Whether this wait has already been allowed to read the Lease.
+        let mut read_before = false;
         loop {
-            match self.attempt(resource, name, holder, timings).await {
+            match self
+                .attempt(resource, name, holder, timings, read_before)
+                .await
+            {
                 Ok(Some(grant)) => return Ok(Some(grant)),
                 Ok(None) if !wait => return Ok(None),
-                Ok(None) => {}
+                Ok(None) => read_before = true,
                 // Like client-go, a waiting candidate rides out an apiserver
                 // that is restarting; the caller's timeout bounds the wait.
                 Err(e @ (Error::Timeout { .. } | Error::Backend { .. })) if wait => {
@@ -194,15 +199,31 @@ impl KubeLeaseSource {
     }
 
     /// One read and, if the Lease is free, expired or absent, one write.
+    /// `read_before`: an earlier attempt of the same wait read the Lease.
     async fn attempt(
         &self,
         resource: &ResourceName,
         name: &str,
         holder: &str,
         timings: Timings,
+        read_before: bool,
     ) -> Result<Option<Grant>> {
         let leases = &self.inner.leases;
-        let read = leases.get(name).await?;
+        let read = match leases.get(name).await {
+            // A restarted apiserver answers 403 until its RBAC caches are
+            // filled again. A read refused after reads were allowed is
+            // reported as a backend error, which a waiting candidate rides
+            // out; a first refusal stays PermissionDenied and ends the wait.
+            Err(e @ Error::PermissionDenied(_)) if read_before => {
+                return Err(Error::backend(
+                    "kube acquire",
+                    format!(
+                        "{e} (the same read was allowed a moment ago: a restarting apiserver?)"
+                    ),
+                ))
+            }
+            other => other?,
+        };
         let now = Instant::now();
         let view = read.as_ref().map(LeaseView::of);
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
