@@ -25,7 +25,7 @@ use fencing_integration::Reaped;
 use fencing_kube::KubeLeaseSource;
 use rustix::process::Signal;
 
-use super::{bounded, stats, Args, BoxError, Stats, LOCK_TIMEOUT};
+use super::{bounded, print_header, print_metric, stats, Args, BoxError, Stats, LOCK_TIMEOUT};
 
 const FAILOVERS: usize = 3;
 /// Between two Rust iterations.
@@ -69,32 +69,19 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let rust_fail = rust_failover(&f, &holder).await?;
     let go_fail = go_failover(&f, &elector)?;
 
-    println!();
-    println!(
-        "{:<22} {:>12} {:>10} {:>14} {:>12} {:>9}",
-        "metric", "rust median", "rust p90", "client-go med", "client-go p90", "rust/go"
-    );
-    let acq = row("acquire", rust_acq, go_acq);
+    print_header("client-go");
+    let acq = print_metric("acquire", rust_acq, go_acq);
     let adjusted = Stats {
         median_us: go_acq.median_us - rust_get.median_us,
         p90_us: go_acq.p90_us - rust_get.median_us,
     };
-    let acq_adj = row("acquire (go - 1 GET)", rust_acq, adjusted);
-    let rel = row("release", rust_rel, go_rel);
-    let fail = row("failover", rust_fail, go_fail);
+    let acq_adj = print_metric("acquire (go - 1 GET)", rust_acq, adjusted);
+    let rel = print_metric("release", rust_rel, go_rel);
+    let fail = print_metric("failover", rust_fail, go_fail);
     println!(
         "anchor-bench kube: acquire ratio {acq:.2} ({acq_adj:.2} without client-go's token GET), release ratio {rel:.2}, failover ratio {fail:.2}"
     );
     Ok(())
-}
-
-fn row(name: &str, rust: Stats, go: Stats) -> f64 {
-    let ratio = rust.median_us / go.median_us;
-    println!(
-        "{name:<22} {:>9.0} µs {:>7.0} µs {:>11.0} µs {:>9.0} µs {ratio:>9.2}",
-        rust.median_us, rust.p90_us, go.median_us, go.p90_us
-    );
-    ratio
 }
 
 fn r(name: &str) -> ResourceName {

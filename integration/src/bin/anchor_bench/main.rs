@@ -182,16 +182,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
 
     let (rust, theirs) = (combine(&rust_runs), combine(&anchor_runs));
     let side = anchor.side;
-    println!();
-    println!(
-        "{:<12} {:>12} {:>10} {:>12} {:>10} {:>10}",
-        "metric",
-        "rust median",
-        "rust p90",
-        format!("{side} median"),
-        format!("{side} p90"),
-        format!("rust/{side}")
-    );
+    print_header(side);
     let unc = print_metric("uncontended", rust.uncontended, theirs.uncontended);
     let hand = print_metric("handover", rust.handover, theirs.handover);
     println!("anchor-bench: uncontended ratio {unc:.2}, handover ratio {hand:.2} ({label})");
@@ -591,11 +582,25 @@ fn print_run(side: &str, round: usize, r: &Run) {
     );
 }
 
+/// Prints the header of the figures table; `side` names the anchor.
+fn print_header(side: &str) {
+    println!();
+    println!(
+        "{:<22} {:>12} {:>10} {:>17} {:>14} {:>14}",
+        "metric",
+        "rust median",
+        "rust p90",
+        format!("{side} median"),
+        format!("{side} p90"),
+        format!("rust/{side}")
+    );
+}
+
 /// Prints one table row and returns the ratio of the medians.
 fn print_metric(name: &str, rust: Stats, theirs: Stats) -> f64 {
     let ratio = rust.median_us / theirs.median_us;
     println!(
-        "{name:<12} {:>9.0} µs {:>7.0} µs {:>9.0} µs {:>7.0} µs {ratio:>10.2}",
+        "{name:<22} {:>9.0} µs {:>7.0} µs {:>14.0} µs {:>11.0} µs {ratio:>14.2}",
         rust.median_us, rust.p90_us, theirs.median_us, theirs.p90_us
     );
     ratio
