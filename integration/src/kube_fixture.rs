@@ -23,6 +23,20 @@ pub const TEST_LEASE: Duration = Duration::from_secs(3);
 pub const TEST_RENEW: Duration = Duration::from_secs(2);
 /// Retry period: renewals and waiting candidates' polls.
 pub const TEST_RETRY: Duration = Duration::from_millis(500);
+/// The same timings as flags of the client-go program
+/// (integration/go/client-go-elector), so Go candidates play by our rules.
+pub fn client_go_timing_flags() -> Vec<String> {
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+    vec![
+        "--lease-duration".into(),
+        ms(TEST_LEASE),
+        "--renew-deadline".into(),
+        ms(TEST_RENEW),
+        "--retry-period".into(),
+        ms(TEST_RETRY),
+    ]
+}
+
 /// Per-request limit of the test clients.
 pub const TEST_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fencing::{AcquireOptions, FencingSource, FencingToken, Gate, MemoryGate, ResourceName};
 use fencing_integration::kube_cluster::{client_go_elector_binary, KubeUser};
-use fencing_integration::kube_fixture::{KubeFixture, TEST_LEASE};
+use fencing_integration::kube_fixture::{client_go_timing_flags, KubeFixture, TEST_LEASE};
 use fencing_integration::Reaped;
 use fencing_testkit::{Event, History};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -158,14 +158,7 @@ async fn rust_and_client_go_alternate_on_one_lease() {
                 "--identity",
                 GO_ID,
             ])
-            .args([
-                "--lease-duration",
-                "3s",
-                "--renew-deadline",
-                "2s",
-                "--retry-period",
-                "500ms",
-            ])
+            .args(client_go_timing_flags())
             .args([
                 "--rounds",
                 &ROUNDS.to_string(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_integration::kube_cluster::{client_go_elector_binary, KubeUser};
-use fencing_integration::kube_fixture::KubeFixture;
+use fencing_integration::kube_fixture::{client_go_timing_flags, KubeFixture};
 use fencing_integration::Reaped;
 use fencing_kube::KubeLeaseSource;
 use rustix::process::Signal;
@@ -38,14 +38,6 @@ const GO_PAUSE: Duration = Duration::from_millis(1500);
 /// Counted client-go rounds (they are slow because of the pause).
 const GO_ROUNDS: usize = 15;
 const GO_HOLD: Duration = Duration::from_millis(1);
-const GO_TIMINGS: [&str; 6] = [
-    "--lease-duration",
-    "3s",
-    "--renew-deadline",
-    "2s",
-    "--retry-period",
-    "500ms",
-];
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let elector = client_go_elector_binary()?;
@@ -129,7 +121,7 @@ fn elector(f: &KubeFixture, binary: &std::path::Path, lease: &str, id: &str) -> 
             "--identity",
             id,
         ])
-        .args(GO_TIMINGS);
+        .args(client_go_timing_flags());
     cmd
 }
 
