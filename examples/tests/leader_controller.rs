@@ -4,10 +4,8 @@
 //! not land (the store refuses the token, or the elector cancels the work
 //! first). Judged on the store's audit log of accepted writes.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencing_examples::FileStore;
@@ -15,14 +13,14 @@ use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::etcd_fixture::EtcdFixture;
 use fencing_integration::zk_ensemble::ZkVersion;
 use fencing_integration::zk_fixture::ZkFixture;
-use rustix::process::{kill_process, Pid, Signal};
+use fencing_integration::Reaped;
+use rustix::process::Signal;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A replica process; killed on drop so a failing test leaves nothing behind.
 struct Replica {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+    child: Reaped,
     seen: Vec<String>,
 }
 
@@ -39,22 +37,8 @@ impl Replica {
         if let Some(n) = pause_before {
             cmd.args(["--pause-before-write", &n.to_string()]);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start leader-controller");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         Replica {
-            child,
-            lines,
+            child: Reaped::spawn(&mut cmd).expect("start leader-controller"),
             seen: Vec::new(),
         }
     }
@@ -64,9 +48,9 @@ impl Replica {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {prefix:?} line; saw {:?}", self.seen));
+                .child
+                .next_line(left)
+                .unwrap_or_else(|| panic!("no {prefix:?} line; saw {:?}", self.seen));
             self.seen.push(line.clone());
             if line.starts_with(prefix) {
                 return line;
@@ -83,14 +67,17 @@ impl Replica {
     }
 
     fn cont(&self) {
-        kill_process(Pid::from_raw(self.child.id() as i32).unwrap(), Signal::CONT).unwrap();
+        self.child.signal(Signal::CONT);
     }
 
     fn exit_code(&mut self) -> Option<i32> {
         let deadline = Instant::now() + WAIT;
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                self.seen.extend(self.lines.try_iter());
+            if let Some(status) = self.child.try_wait() {
+                // Up to the end of its output (the pipe closes with it).
+                while let Some(line) = self.child.next_line(Duration::from_secs(5)) {
+                    self.seen.push(line);
+                }
                 return status.code();
             }
             assert!(
@@ -100,13 +87,6 @@ impl Replica {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

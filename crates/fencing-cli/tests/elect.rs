@@ -3,48 +3,27 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rustix::process::{kill_process, Pid, Signal};
+use fencing_integration::Reaped;
+use rustix::process::Signal;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A `fence` process whose stdout is read as JSON lines; killed on drop.
-struct Fence {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
+struct Fence(Reaped);
 
 impl Fence {
     fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fence"))
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start fence");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Fence { child, lines }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fence"));
+        cmd.args(args).env_remove("RUST_LOG").stderr(Stdio::null());
+        Fence(Reaped::spawn(&mut cmd).expect("start fence"))
     }
 
     fn next_event(&self) -> Value {
-        let line = self
-            .lines
-            .recv_timeout(WAIT)
-            .expect("an event line in time");
+        let line = self.0.next_line(WAIT).expect("an event line in time");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
     }
 
@@ -55,25 +34,18 @@ impl Fence {
     }
 
     fn signal(&self, signal: Signal) {
-        kill_process(Pid::from_raw(self.child.id() as i32).unwrap(), signal).unwrap();
+        self.0.signal(signal);
     }
 
     fn exit_code(mut self) -> Option<i32> {
         let start = Instant::now();
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            if let Some(status) = self.0.try_wait() {
                 return status.code();
             }
             assert!(start.elapsed() < WAIT, "fence did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Fence {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
