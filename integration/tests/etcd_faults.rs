@@ -187,7 +187,11 @@ async fn bad_input_is_refused(version: EtcdVersion) {
     ));
     let s = f.source().await;
     assert!(matches!(
-        s.acquire(&r("a/b"), &opts(Duration::from_secs(2))).await,
+        s.acquire(
+            &ResourceName::nonportable("a/b").unwrap(),
+            &opts(Duration::from_secs(2))
+        )
+        .await,
         Err(Error::InvalidResource { .. })
     ));
 }

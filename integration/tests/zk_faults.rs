@@ -270,7 +270,11 @@ async fn bad_input_is_refused(version: ZkVersion) {
     for bad in ["a/b", "..", "."] {
         assert!(
             matches!(
-                s.acquire(&r(bad), &opts(Duration::from_secs(2))).await,
+                s.acquire(
+                    &ResourceName::nonportable(bad).unwrap(),
+                    &opts(Duration::from_secs(2))
+                )
+                .await,
                 Err(Error::InvalidResource { .. })
             ),
             "{bad}"

@@ -25,6 +25,18 @@ use failure::Failure;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+
+    /// How log lines on stderr look: `text` for people (coloured only on a
+    /// terminal without NO_COLOR), `json` for log collectors. RUST_LOG picks
+    /// what is logged (default: fence's own messages, errors of libraries)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -56,7 +68,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_failure(e),
     };
-    init_logging();
+    init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -166,11 +178,53 @@ fn clap_failure(e: clap::Error) -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Our own crates' messages from `info` up, other libraries' errors only: a
+/// member failover is routine for us, not a warning from a client library.
+/// kube's client logs each failed request as an error that it also returns
+/// to us, and we report it in our own words.
+const DEFAULT_LOG_FILTER: &str = "error,kube_client=off,fence=info,fencing=info,\
+     fencing_core=info,fencing_etcd=info,fencing_zookeeper=info,fencing_kube=info,\
+     fencing_election=info";
+
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder
+            .with_ansi(colour_wanted(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR"),
+            ))
+            .try_init(),
+    };
+}
+
+/// Colour only on a terminal, and never when NO_COLOR is set to anything
+/// but the empty string (no-color.org).
+fn colour_wanted(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some("".into())));
+        assert!(!colour_wanted(true, Some("1".into())));
+        assert!(!colour_wanted(false, None));
+    }
+
+    #[test]
+    fn the_default_filter_parses() {
+        tracing_subscriber::EnvFilter::try_new(DEFAULT_LOG_FILTER).unwrap();
+    }
 }

@@ -103,6 +103,19 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// No endpoint of the coordinator could be reached: connection refused
+    /// or timed out, host name not resolved, TLS handshake failed. The
+    /// reason says what happened and what to check.
+    #[error("cannot reach {backend} at [{endpoints}]: {reason}")]
+    Unreachable {
+        /// The kind of coordinator ("etcd", "ZooKeeper", "the Kubernetes apiserver").
+        backend: String,
+        /// The endpoints that were tried.
+        endpoints: String,
+        /// What happened, and what to check.
+        reason: String,
+    },
+
     /// The coordinator or its client library failed; the original error is kept.
     #[error("{context}: {source}")]
     Backend {
@@ -156,6 +169,19 @@ impl Error {
         }
     }
 
+    /// Builds [`Error::Unreachable`].
+    pub fn unreachable(
+        backend: impl Into<String>,
+        endpoints: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Unreachable {
+            backend: backend.into(),
+            endpoints: endpoints.into(),
+            reason: reason.into(),
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
@@ -178,6 +204,69 @@ impl Error {
     }
 }
 
+/// Describes a failure to connect, found anywhere in `err`'s chain of
+/// sources, in words a person can act on; `None` when the chain shows no
+/// connection-level failure (the server answered and refused, say).
+///
+/// Client libraries bury the cause several sources deep (a gRPC status
+/// around a transport error around an I/O error); this finds it.
+#[must_use]
+pub fn connect_failure(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(err);
+    let mut texts = Vec::new();
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(words) = io_failure(io.kind()) {
+                return Some(words.to_owned());
+            }
+        }
+        texts.push(e.to_string());
+        next = e.source();
+    }
+    let all = texts.join(" / ").to_ascii_lowercase();
+    let innermost = texts.last().cloned().unwrap_or_default();
+    if all.contains("certificate") || all.contains("tls") || all.contains("handshake") {
+        Some(format!(
+            "TLS handshake failed ({innermost}): check the CA certificate, the client \
+             certificate and key, the server name, and that the endpoint speaks TLS"
+        ))
+    } else if all.contains("dns error") || all.contains("failed to lookup address") {
+        Some(format!(
+            "host name not resolved ({innermost}): check the host name"
+        ))
+    } else if all.contains("connection refused") {
+        Some(io_failure(std::io::ErrorKind::ConnectionRefused)?.to_owned())
+    } else if all.contains("tcp connect error") {
+        Some(format!(
+            "TCP connection failed ({innermost}): check the address and the network"
+        ))
+    } else {
+        None
+    }
+}
+
+/// What a connect-time I/O error kind means for the user.
+fn io_failure(kind: std::io::ErrorKind) -> Option<&'static str> {
+    use std::io::ErrorKind as K;
+    Some(match kind {
+        K::ConnectionRefused => {
+            "connection refused: nothing listens there; check that the cluster is running \
+             and that the host and port are right"
+        }
+        K::TimedOut => {
+            "connection timed out: check the address and that no firewall drops the traffic"
+        }
+        K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof | K::BrokenPipe => {
+            "the connection was closed by the other side: check that the endpoint is this \
+             kind of server and whether it expects TLS"
+        }
+        K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => {
+            "no route to the host: check the address and the network"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,6 +280,55 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains('3') && text.contains('5'), "{text}");
         assert!(e.needs_reacquire());
+    }
+
+    #[derive(Debug)]
+    struct Wrapper(
+        &'static str,
+        Option<Box<dyn std::error::Error + Send + Sync>>,
+    );
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn connect_failures_are_found_deep_in_the_chain() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let chain = Wrapper(
+            "status: Unavailable",
+            Some(Box::new(Wrapper(
+                "transport error",
+                Some(Box::new(refused)),
+            ))),
+        );
+        assert!(connect_failure(&chain)
+            .unwrap()
+            .starts_with("connection refused"));
+        let tls = Wrapper(
+            "transport error",
+            Some(Box::new(Wrapper(
+                "invalid peer certificate: UnknownIssuer",
+                None,
+            ))),
+        );
+        let words = connect_failure(&tls).unwrap();
+        assert!(
+            words.contains("TLS") && words.contains("UnknownIssuer"),
+            "{words}"
+        );
+        assert_eq!(connect_failure(&Wrapper("permission denied", None)), None);
+        let e = Error::unreachable("etcd", "127.0.0.1:1", "connection refused: x");
+        assert_eq!(
+            e.to_string(),
+            "cannot reach etcd at [127.0.0.1:1]: connection refused: x"
+        );
     }
 
     #[test]

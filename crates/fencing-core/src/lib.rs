@@ -44,13 +44,13 @@ mod settings;
 mod source;
 mod token;
 
-pub use error::{BoxError, Error, Result};
+pub use error::{connect_failure, BoxError, Error, Result};
 pub use fenced::fenced;
 pub use gate::{check_token, FileGate, Gate, MemoryGate};
 pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
-pub use resource::{ResourceName, MAX_RESOURCE_LEN};
+pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};
 pub use settings::{
     check_leader_timings, is_host_port, positive_seconds, DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,

@@ -66,6 +66,9 @@ impl Conn {
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut pause = Duration::from_millis(20);
+        // Why the last attempt failed: a timeout after refused connections
+        // is reported as unreachable, not as a slow cluster.
+        let mut unreachable = None;
         loop {
             let attempt = tokio::time::timeout_at(deadline, op(self.client.clone())).await;
             match attempt {
@@ -73,12 +76,22 @@ impl Conn {
                 Ok(Err(e))
                     if is_transient(&e) && tokio::time::Instant::now() + pause < deadline =>
                 {
-                    tracing::debug!(what, error = %e, "transient etcd error; retrying");
+                    tracing::debug!(what, error = ?e, "transient etcd error; retrying");
+                    unreachable = connect_problem(&e);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
                 Ok(Err(e)) => return Err(map_err(&self.endpoints, self.timeout, what, e)),
-                Err(_) => return Err(timeout(&self.endpoints, self.timeout, what)),
+                Err(_) => {
+                    return Err(match unreachable {
+                        Some(reason) => Error::unreachable(
+                            "etcd",
+                            &self.endpoints,
+                            format!("{reason} (retried for {:?})", self.timeout),
+                        ),
+                        None => timeout(&self.endpoints, self.timeout, what),
+                    })
+                }
             }
         }
     }
@@ -132,8 +145,22 @@ async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
     Ok(tls)
 }
 
+/// etcd_client's error has no `source()`: start from what it wraps.
+fn connect_problem(e: &etcd_client::Error) -> Option<String> {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => fencing_core::connect_failure(status),
+        etcd_client::Error::TransportError(t) => fencing_core::connect_failure(t),
+        etcd_client::Error::IoError(io) => fencing_core::connect_failure(io),
+        _ => None,
+    }
+}
+
 fn map_err(endpoints: &str, limit: Duration, what: &str, e: etcd_client::Error) -> Error {
     use tonic::Code;
+    tracing::debug!(what, endpoints, error = ?e, "etcd request failed");
+    if let Some(reason) = connect_problem(&e) {
+        return Error::unreachable("etcd", endpoints, reason);
+    }
     if let etcd_client::Error::GRpcStatus(status) = &e {
         let context = format!("etcd {what} on [{endpoints}]: {}", status.message());
         match status.code() {
@@ -151,7 +178,16 @@ fn map_err(endpoints: &str, limit: Duration, what: &str, e: etcd_client::Error) 
             _ => {}
         }
     }
-    Error::backend(format!("etcd {what} on [{endpoints}]"), e)
+    let context = format!("etcd {what} on [{endpoints}]");
+    match e {
+        // tonic's Display of a status is a debug dump; its message is the
+        // server's own words (the full error is in the debug log above).
+        etcd_client::Error::GRpcStatus(status) => Error::backend(
+            context,
+            format!("{}: {}", status.code().description(), status.message()),
+        ),
+        other => Error::backend(context, other),
+    }
 }
 
 #[cfg(test)]

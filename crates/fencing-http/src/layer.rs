@@ -324,7 +324,8 @@ where
                     .extractor
                     .extract(&request)
                     .ok_or(Rejection::NoResource)?;
-                let resource = ResourceName::new(name).map_err(Rejection::BadResource)?;
+                // A gate key never reaches a coordinator, so paths keep their form.
+                let resource = ResourceName::nonportable(name).map_err(Rejection::BadResource)?;
                 Ok((token, resource))
             });
         let (token, resource) = match checked {

@@ -338,7 +338,7 @@ async fn retries_pass_bad_headers_are_refused_and_reads_need_no_token() {
     let read = get(&client, addr, "k").await;
     assert_eq!(read.body.as_ref(), b"retry");
     assert_eq!(
-        gate.high_water(&fencing_core::ResourceName::new("/kv/k").unwrap())
+        gate.high_water(&fencing_core::ResourceName::nonportable("/kv/k").unwrap())
             .await
             .unwrap(),
         Some(FencingToken::new(5))

@@ -79,10 +79,20 @@ pub(crate) fn classify(call: Call<'_>, err: kube::Error, limit: std::time::Durat
             "{call}: could not load the client credentials: {e}"
         ))),
         other if timed_out_inside(&other) => Failure::Other(timed_out(call, limit)),
-        other => Failure::Other(Error::backend(
-            format!("{call}: could not reach the apiserver"),
-            other,
-        )),
+        other => {
+            tracing::debug!(%call, error = ?other, "apiserver request failed");
+            match fencing_core::connect_failure(&other) {
+                Some(reason) => Failure::Other(Error::unreachable(
+                    "the Kubernetes apiserver",
+                    call.server,
+                    reason,
+                )),
+                None => Failure::Other(Error::backend(
+                    format!("{call}: could not reach the apiserver"),
+                    other,
+                )),
+            }
+        }
     }
 }
 

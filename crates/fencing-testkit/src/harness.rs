@@ -49,6 +49,16 @@ pub trait Harness: Send + Sync {
     /// A resource name no other check or earlier run uses.
     fn resource(&self, check: &str) -> ResourceName {
         let suffix = uuid_like();
+        let check: String = check
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
         ResourceName::new(format!("conformance-{check}-{suffix}")).expect("valid generated name")
     }
 }

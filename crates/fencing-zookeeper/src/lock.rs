@@ -269,7 +269,7 @@ mod tests {
     fn resource_names_must_be_one_znode() {
         for bad in ["a/b", ".", ".."] {
             assert!(
-                check_resource(&ResourceName::new(bad).unwrap()).is_err(),
+                check_resource(&ResourceName::nonportable(bad).unwrap()).is_err(),
                 "{bad}"
             );
         }

@@ -128,13 +128,8 @@ impl Session {
         };
         let client = match tokio::time::timeout(cfg.request_timeout, connecting).await {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(connect_error(&hosts, cfg.request_timeout, e)),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    operation: format!("ZooKeeper connect to [{hosts}]"),
-                    after: cfg.request_timeout,
-                })
-            }
+            Ok(Err(e)) => return Err(connect_error(cfg, e).await),
+            Err(_) => return Err(connect_error(cfg, zookeeper_client::Error::Timeout).await),
         };
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, timeout));
@@ -195,18 +190,50 @@ async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
     Ok(options)
 }
 
-fn connect_error(hosts: &str, limit: Duration, e: zookeeper_client::Error) -> Error {
+async fn connect_error(cfg: &ZkConfig, e: zookeeper_client::Error) -> Error {
     use zookeeper_client::Error as Z;
+    let hosts = cfg.hosts.join(",");
+    tracing::debug!(hosts, error = ?e, "ZooKeeper connect failed");
     match e {
         Z::AuthFailed | Z::NoAuth => {
             Error::PermissionDenied(format!("ZooKeeper connect to [{hosts}]: {e}"))
         }
-        Z::Timeout | Z::NoHosts => Error::Timeout {
-            operation: format!("ZooKeeper connect to [{hosts}]"),
-            after: limit,
+        Z::Timeout | Z::NoHosts => match unreachable_hosts(&cfg.hosts).await {
+            Some(reason) => Error::unreachable("ZooKeeper", hosts, reason),
+            // Something accepted TCP but set up no session: a silent or
+            // quorum-less server, or a TLS mismatch.
+            None => Error::Timeout {
+                operation: format!("ZooKeeper connect to [{hosts}]"),
+                after: cfg.request_timeout,
+            },
         },
         other => Error::backend(format!("ZooKeeper connect to [{hosts}]"), other),
     }
+}
+
+/// The client crate reports every failed connect as a timeout. A plain TCP
+/// connect to each host tells the user why: `Some` with each host's failure
+/// when none accepts a connection, `None` when one does.
+async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
+    const PROBE: Duration = Duration::from_secs(1);
+    let mut failures = Vec::new();
+    for host in hosts {
+        let failure = match tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(host)).await
+        {
+            Ok(Ok(_)) => return None,
+            Ok(Err(e)) => fencing_core::connect_failure(&e).unwrap_or_else(|| e.to_string()),
+            Err(_) => "connection timed out: check the address and that no firewall drops \
+                       the traffic"
+                .to_owned(),
+        };
+        failures.push((host, failure));
+    }
+    // The hosts are already named by the error; repeat one shared reason once.
+    if failures.windows(2).all(|w| w[0].1 == w[1].1) {
+        return failures.pop().map(|(_, failure)| failure);
+    }
+    let each: Vec<String> = failures.iter().map(|(h, f)| format!("{h}: {f}")).collect();
+    Some(each.join("; "))
 }
 
 /// Every timeout/3 one cheap read; each answer renews the shared lease from

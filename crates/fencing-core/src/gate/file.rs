@@ -139,7 +139,7 @@ fn decode(payload: &[u8]) -> std::result::Result<BTreeMap<ResourceName, FencingT
     let mut marks = BTreeMap::new();
     for _ in 0..count {
         let name = r.string()?;
-        let resource = ResourceName::new(name).map_err(|e| e.to_string())?;
+        let resource = ResourceName::nonportable(name).map_err(|e| e.to_string())?;
         let token = FencingToken::new(r.u64()?);
         if marks.insert(resource, token).is_some() {
             return Err("a resource is listed twice".into());

@@ -144,7 +144,7 @@ async fn every_refusal_is_answered_without_calling_the_inner_service() {
         "inner service called for a refusal"
     );
     assert_eq!(
-        gate.high_water_now(&ResourceName::new("/kv/a").unwrap()),
+        gate.high_water_now(&ResourceName::nonportable("/kv/a").unwrap()),
         Some(FencingToken::new(5))
     );
     assert_eq!(layer.locks.len(), 0);
@@ -286,7 +286,7 @@ async fn a_custom_extractor_names_the_resource() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(body.contains("names no fenced resource"), "{body}");
     assert_eq!(
-        gate.high_water_now(&ResourceName::new("tenant/x").unwrap()),
+        gate.high_water_now(&ResourceName::nonportable("tenant/x").unwrap()),
         Some(FencingToken::new(4))
     );
 }

@@ -1,0 +1,146 @@
+//! What a person sees when something is wrong: one readable line naming the
+//! endpoint and the cause, no terminal colour codes in piped output, JSON
+//! logs on request, and the portable lock-name rule.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::fence;
+
+/// A loopback port nothing listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn run_true(source: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["run", "--source", source, "--lock", "jobs"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "true"]);
+    fence().args(&args).output().expect("run fence")
+}
+
+/// Exit 1, one line on stderr, naming the endpoint and the cause, with no
+/// debug dump of the client library's error types.
+fn assert_unreachable(out: &Output, endpoint: &str, backend: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr}");
+    for needle in [backend, endpoint, "connection refused", "check"] {
+        assert!(stderr.contains(needle), "should name {needle:?}: {stderr}");
+    }
+    for noise in ["tonic", "ConnectError", "Os {", "source:", "\x1b["] {
+        assert!(!stderr.contains(noise), "debug noise {noise:?}: {stderr}");
+    }
+}
+
+#[test]
+fn unreachable_etcd_is_one_line_naming_endpoint_and_cause() {
+    let endpoint = format!("127.0.0.1:{}", closed_port());
+    let started = Instant::now();
+    let out = run_true(&format!("etcd://{endpoint}/locks?timeout=1"), &[]);
+    assert_unreachable(&out, &endpoint, "cannot reach etcd");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn unreachable_zookeeper_is_one_line_naming_endpoint_and_cause() {
+    let endpoint = format!("127.0.0.1:{}", closed_port());
+    let out = run_true(&format!("zk://{endpoint}/locks?timeout=1"), &[]);
+    assert_unreachable(&out, &endpoint, "cannot reach ZooKeeper");
+}
+
+#[test]
+fn unreachable_apiserver_is_one_line_naming_endpoint_and_cause() {
+    let endpoint = format!("127.0.0.1:{}", closed_port());
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: k, cluster: {{server: \"https://{endpoint}\", insecure-skip-tls-verify: true}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let source = format!("kube://team?kubeconfig={}&timeout=2", kubeconfig.display());
+    let out = run_true(&source, &[]);
+    assert_unreachable(&out, &endpoint, "cannot reach the Kubernetes apiserver");
+}
+
+#[test]
+fn piped_logs_have_no_colour_codes_and_json_logs_are_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("local://{}", dir.path().display());
+    // RUST_LOG=debug makes sure there are log lines to look at.
+    let text = fence()
+        .env("RUST_LOG", "debug")
+        .args(["run", "--source", &source, "--lock", "jobs", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    assert!(text.status.success(), "{stderr}");
+    assert!(stderr.contains("lock acquired"), "{stderr}");
+    assert!(
+        !stderr.contains('\x1b'),
+        "ANSI codes in piped output: {stderr:?}"
+    );
+
+    let json = fence()
+        .args([
+            "--log-format",
+            "json",
+            "run",
+            "--source",
+            &source,
+            "--lock",
+            "jobs",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&json.stderr);
+    assert!(json.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!lines.is_empty(), "the default filter logs the acquire");
+    for line in lines {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!("not JSON ({e}): {line}");
+        });
+        assert!(value.get("level").is_some(), "{line}");
+    }
+}
+
+#[test]
+fn lock_names_follow_the_portable_rule_on_every_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("local://{}", dir.path().display());
+    for bad in ["Jobs", "a/b", "a_b", "a-", "a..b"] {
+        common::assert_usage_error(
+            &["run", "--source", &source, "--lock", bad, "--", "true"],
+            "portable",
+        );
+    }
+    let ok = fence()
+        .args([
+            "run",
+            "--source",
+            &source,
+            "--lock",
+            "team-7.jobs",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
