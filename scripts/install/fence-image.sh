@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the `fence` container image from the repository's Dockerfile for the
+# in-cluster test, with local stand-ins for its two base images (no image
+# registry is reachable here). Idempotent:
+#   - fencing-local/debian:bookworm-slim   debootstrap --variant=minbase;
+#   - fencing-local/rust:bookworm          the same plus gcc and libc6-dev,
+#                                          and this machine's Rust toolchain;
+#   - fencing/fence:local                  `docker build` of the Dockerfile
+#                                          on those two, rebuilt only when a
+#                                          tracked file changed.
+# The root file systems are cached as tarballs in $FENCING_CACHE/images.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+die() {
+    echo "fence-image.sh: $*" >&2
+    exit 1
+}
+
+# shellcheck source=../lib/apt.sh
+. scripts/lib/apt.sh
+
+cache="${FENCING_CACHE:-$HOME/.cache/fencing}/images"
+mkdir -p "$cache"
+docker info >/dev/null 2>&1 || die "no Docker daemon answers (scripts/install/docker.sh starts one)"
+command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
+
+RUNTIME=fencing-local/debian:bookworm-slim
+BUILD_BASE=fencing-local/bookworm-build-base
+RUST=fencing-local/rust:bookworm
+IMAGE=fencing/fence:local
+
+has_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# The Debian mirror this machine's apt uses.
+mirror() {
+    local uri
+    uri="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+    [ -n "$uri" ] || uri="$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
+    [ -n "$uri" ] || die "cannot find the Debian mirror in /etc/apt/sources.list(.d)"
+    echo "$uri"
+}
+
+# import_rootfs TAG TARBALL [debootstrap options...]: imports a cached root
+# file system, making it with debootstrap first when it is not cached.
+import_rootfs() {
+    local tag="$1" tarball="$cache/$2"
+    shift 2
+    has_image "$tag" && return
+    if [ ! -s "$tarball" ]; then
+        local dir started=$SECONDS
+        dir="$(mktemp -d)"
+        debootstrap --variant=minbase "$@" bookworm "$dir" "$(mirror)" >"$dir.log" 2>&1 ||
+            die "debootstrap for $tag failed:
+$(tail -20 "$dir.log")"
+        rm -rf "$dir/var/cache/apt/archives"/*.deb "$dir/var/lib/apt/lists"/*
+        tar -C "$dir" -c . >"$tarball.tmp"
+        mv "$tarball.tmp" "$tarball"
+        rm -rf "$dir" "$dir.log"
+        echo "fence-image: made the root file system of $tag ($((SECONDS - started)) s)"
+    fi
+    docker import --change 'CMD ["/bin/sh"]' "$tarball" "$tag" >/dev/null
+}
+
+import_rootfs "$RUNTIME" bookworm-minbase.tar
+import_rootfs "$BUILD_BASE" bookworm-build.tar --include=gcc,libc6-dev,ca-certificates
+
+# The builder: this machine's toolchain (binaries and libraries, no docs)
+# and its trusted certificates (cargo in the builder downloads crates through
+# whatever this machine trusts) on the build root file system.
+sysroot="$(rustc --print sysroot)"
+ca_file="${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}"
+builder_key="$(rustc --version | awk '{print $2}')-$(sha256sum "$ca_file" | cut -c1-12)"
+if [ "$(docker image inspect "$RUST" --format '{{index .Config.Labels "org.fencing.builder"}}' 2>/dev/null)" != "$builder_key" ]; then
+    context="$(mktemp -d)"
+    mkdir -p "$context/rust"
+    cp -a "$sysroot/bin" "$sysroot/lib" "$context/rust/"
+    cp "$ca_file" "$context/ca-certificates.crt"
+    cat >"$context/Dockerfile" <<DOCKERFILE
+FROM $BUILD_BASE
+COPY rust /usr/local/rust
+COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+ENV PATH=/usr/local/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    CARGO_HOME=/usr/local/cargo
+LABEL org.fencing.builder=$builder_key
+DOCKERFILE
+    docker build -q -t "$RUST" "$context" >/dev/null
+    rm -rf "$context"
+    echo "fence-image: made $RUST ($builder_key)"
+fi
+
+# The fence image, keyed by the content of every tracked file.
+source_hash="$(git ls-files -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+if [ "$(docker image inspect "$IMAGE" --format '{{index .Config.Labels "org.fencing.source"}}' 2>/dev/null)" = "$source_hash" ]; then
+    echo "fence-image: reusing $IMAGE (sources $source_hash)"
+    exit 0
+fi
+started=$SECONDS
+log="$cache/fence-image-build.log"
+docker build --build-arg RUST_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$RUNTIME" \
+    --label org.fencing.source="$source_hash" -t "$IMAGE" . >"$log" 2>&1 ||
+    die "docker build failed:
+$(tail -30 "$log")"
+# The build stage (2 GB) and replaced images would pile up run after run.
+docker image prune -f >/dev/null
+size="$(docker image inspect "$IMAGE" --format '{{.Size}}')"
+echo "fence-image: built $IMAGE in $((SECONDS - started)) s ($((size / 1024 / 1024)) MiB, sources $source_hash)"
