@@ -3,6 +3,7 @@
 //! ([`etcd_cluster`]) and a TCP proxy that can partition a client
 //! ([`proxy`]).
 
+pub mod campaign;
 pub mod etcd_cluster;
 pub mod etcd_fixture;
 pub mod frozen;

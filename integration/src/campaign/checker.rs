@@ -1,0 +1,1297 @@
+//! Checks a campaign history (see [`super::history`]) against the properties
+//! a fenced lock must keep under faults.
+//!
+//! The checker only reports what the history proves: an operation whose
+//! outcome is unknown, or two operations that overlap in time, are given
+//! every ordering that real time allows. Every event index in a
+//! [`Violation`] refers to the slice given to [`check`]; the slice may be in
+//! any order (it is ordered stably by `at_ns` here, as the file may be
+//! slightly out of order). Times in messages are milliseconds since the
+//! first event.
+//!
+//! The properties, by name:
+//!
+//! - `unique-tokens` ([`UNIQUE_TOKENS`]): no two grants of one resource
+//!   carry the same token.
+//! - `monotonic-grants` ([`MONOTONIC_GRANTS`]): a grant that *returned*
+//!   before another grant's acquire *began* (real-time order) has the
+//!   lower token. A grant's acquire began at the latest `AcquireStart` of
+//!   the same client and resource before it (a grant without one is never
+//!   the later of a pair). Acquires that overlap in time are unordered:
+//!   either may get the higher token. There is no other tolerance.
+//! - `gate-monotonic` ([`GATE_MONOTONIC`]): per gate and resource, an
+//!   accepted write sent after another accepted write *completed* carries a
+//!   token at least as high (equal tokens are retries and fine).
+//! - `loss-before-next-grant` ([`LOSS_BEFORE_NEXT_GRANT`]): when another
+//!   client is granted a higher token of the resource, the previous
+//!   holder has already stopped believing it holds its grant (`Lost`,
+//!   `Release`, or a `Crash`), at or before that grant returned. A holder
+//!   that was paused (`pause-client`) or had its clock skewed (`clock-*`)
+//!   meanwhile cannot notice in time and is exempt; for it the property
+//!   becomes: no write it sent with the old token after a write with a
+//!   higher token completed at the same gate was accepted.
+//! - `durability` ([`DURABILITY`]): with the registers' final values (see
+//!   [`check_with_final`]), each equals the value of the last accepted
+//!   write (highest token, then latest completion), or of a write that may
+//!   have landed after it (same or higher token with an unknown outcome,
+//!   or an accepted write with the same token overlapping it in time).
+//! - `liveness` ([`LIVENESS`]): after the last fault ended some grant is
+//!   made, if anyone still tries to acquire.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::Serialize;
+
+use super::history::{
+    fault_spans, holds, sorted_order, Event, EventKind, FaultSpan, Hold, HoldEnd, WriteOutcome,
+    NEMESIS,
+};
+
+/// Property names, in report order.
+pub const UNIQUE_TOKENS: &str = "unique-tokens";
+pub const MONOTONIC_GRANTS: &str = "monotonic-grants";
+pub const GATE_MONOTONIC: &str = "gate-monotonic";
+pub const LOSS_BEFORE_NEXT_GRANT: &str = "loss-before-next-grant";
+pub const DURABILITY: &str = "durability";
+pub const LIVENESS: &str = "liveness";
+
+/// Final register values, keyed by (gate, resource).
+pub type FinalValues = BTreeMap<(String, String), u64>;
+
+/// Completed operations as (completion ns, token, event index), in
+/// completion order.
+type Done = Vec<(u64, u64, usize)>;
+
+/// Accepted writes per (gate, resource).
+type ByRegister<'a> = BTreeMap<(&'a str, &'a str), Done>;
+
+/// One breach of a property.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Violation {
+    /// What happened, naming clients, tokens and times (ms since the first
+    /// event).
+    pub message: String,
+    /// Indices of the events involved, into the slice given to [`check`].
+    pub events: Vec<usize>,
+}
+
+/// The verdict on one property.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PropertyResult {
+    pub name: String,
+    pub passed: bool,
+    pub violations: Vec<Violation>,
+    /// Remarks that are not violations ("not checked", exemptions used).
+    pub notes: Vec<String>,
+}
+
+/// The longest hold.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HoldFigure {
+    pub client: String,
+    pub resource: String,
+    pub token: u64,
+    pub ms: f64,
+    /// The hold never ended (measured to the end of the history).
+    pub open: bool,
+}
+
+/// Numbers about the history.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Figures {
+    pub events: usize,
+    /// Clients other than the nemesis.
+    pub clients: usize,
+    pub duration_ms: f64,
+    pub grants: usize,
+    pub writes_accepted: usize,
+    pub writes_refused: usize,
+    pub writes_unknown: usize,
+    /// Number of `FaultStart` per fault name.
+    pub faults_by_kind: BTreeMap<String, usize>,
+    pub max_hold: Option<HoldFigure>,
+    /// From the last `FaultEnd` to the next grant; `None` without faults or
+    /// without a grant after them.
+    pub recovery_ms: Option<f64>,
+    /// Longest time between two consecutive grants (any resource).
+    pub max_grant_gap_ms: Option<f64>,
+}
+
+/// The checker's verdict: one [`PropertyResult`] per property and the
+/// [`Figures`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub properties: Vec<PropertyResult>,
+    pub figures: Figures,
+    /// The first event's `at_ns`: times in messages are relative to it.
+    pub origin_ns: u64,
+}
+
+impl Report {
+    /// Whether every property holds.
+    pub fn passed(&self) -> bool {
+        self.properties.iter().all(|p| p.passed)
+    }
+
+    /// The result for the property `name`.
+    pub fn property(&self, name: &str) -> Option<&PropertyResult> {
+        self.properties.iter().find(|p| p.name == name)
+    }
+
+    /// Indices of every event involved in some violation, sorted.
+    pub fn violating_events(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .properties
+            .iter()
+            .flat_map(|p| p.violations.iter().flat_map(|v| v.events.iter().copied()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Every violation with its property's name.
+    pub fn violations(&self) -> impl Iterator<Item = (&str, &Violation)> {
+        self.properties
+            .iter()
+            .flat_map(|p| p.violations.iter().map(move |v| (p.name.as_str(), v)))
+    }
+}
+
+/// Violations shown per property by `Display`.
+const SHOWN: usize = 10;
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = self
+            .properties
+            .iter()
+            .map(|p| p.name.len())
+            .max()
+            .unwrap_or(0)
+            .max("property".len());
+        writeln!(f, "{:<width$} | result | violations", "property")?;
+        writeln!(f, "{:-<width$}-+--------+-----------", "")?;
+        for p in &self.properties {
+            let result = if p.passed { "pass" } else { "FAIL" };
+            writeln!(
+                f,
+                "{:<width$} | {result:<6} | {}",
+                p.name,
+                p.violations.len()
+            )?;
+        }
+        writeln!(
+            f,
+            "verdict: {}",
+            if self.passed() { "PASS" } else { "FAIL" }
+        )?;
+
+        let g = &self.figures;
+        writeln!(f)?;
+        writeln!(f, "figures")?;
+        writeln!(
+            f,
+            "  events: {}  clients: {}  duration: {:.3} ms",
+            g.events, g.clients, g.duration_ms
+        )?;
+        writeln!(f, "  grants: {}", g.grants)?;
+        writeln!(
+            f,
+            "  writes: {} accepted, {} refused, {} unknown",
+            g.writes_accepted, g.writes_refused, g.writes_unknown
+        )?;
+        if g.faults_by_kind.is_empty() {
+            writeln!(f, "  faults: none")?;
+        } else {
+            let list: Vec<String> = g
+                .faults_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect();
+            writeln!(f, "  faults: {}", list.join(", "))?;
+        }
+        match &g.max_hold {
+            Some(h) => writeln!(
+                f,
+                "  max hold: {:.3} ms ({} token {} of {}{})",
+                h.ms,
+                h.client,
+                h.token,
+                h.resource,
+                if h.open { ", never ended" } else { "" }
+            )?,
+            None => writeln!(f, "  max hold: -")?,
+        }
+        writeln!(f, "  recovery after last fault: {}", opt_ms(g.recovery_ms))?;
+        writeln!(
+            f,
+            "  max gap between grants: {}",
+            opt_ms(g.max_grant_gap_ms)
+        )?;
+
+        for p in &self.properties {
+            if p.violations.is_empty() && p.notes.is_empty() {
+                continue;
+            }
+            writeln!(f)?;
+            writeln!(f, "{} ({} violations)", p.name, p.violations.len())?;
+            for n in &p.notes {
+                writeln!(f, "  note: {n}")?;
+            }
+            for v in p.violations.iter().take(SHOWN) {
+                writeln!(f, "  - {} [events {:?}]", v.message, v.events)?;
+            }
+            if p.violations.len() > SHOWN {
+                writeln!(f, "  ... and {} more", p.violations.len() - SHOWN)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn opt_ms(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "-".to_string(), |ms| format!("{ms:.3} ms"))
+}
+
+/// Checks every property; durability is reported as passed and "not
+/// checked".
+pub fn check(events: &[Event]) -> Report {
+    run(events, None)
+}
+
+/// Checks every property, durability against `final_values` (the value
+/// read back from each (gate, resource) register after the run).
+pub fn check_with_final(events: &[Event], final_values: &FinalValues) -> Report {
+    run(events, Some(final_values))
+}
+
+/// What the properties share: the ordered view of the history.
+struct Ctx<'a> {
+    events: &'a [Event],
+    order: Vec<usize>,
+    origin: u64,
+    end: u64,
+    holds: Vec<Hold>,
+    faults: Vec<FaultSpan>,
+}
+
+impl Ctx<'_> {
+    /// "12.345 ms" since the first event.
+    fn t(&self, ns: u64) -> String {
+        format!("{:.3} ms", ms(ns.saturating_sub(self.origin)))
+    }
+
+    fn at(&self, i: usize) -> String {
+        self.t(self.events[i].at_ns)
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn run(events: &[Event], final_values: Option<&FinalValues>) -> Report {
+    let order = sorted_order(events);
+    let origin = order.first().map_or(0, |&i| events[i].at_ns);
+    let end = order.last().map_or(0, |&i| events[i].at_ns);
+    let ctx = Ctx {
+        events,
+        origin,
+        end,
+        holds: holds(events),
+        faults: fault_spans(events),
+        order,
+    };
+    let properties = vec![
+        unique_tokens(&ctx),
+        monotonic_grants(&ctx),
+        gate_monotonic(&ctx),
+        loss_before_next_grant(&ctx),
+        durability(&ctx, final_values),
+        liveness(&ctx),
+    ];
+    Report {
+        properties,
+        figures: figures(&ctx),
+        origin_ns: origin,
+    }
+}
+
+fn result(name: &str, violations: Vec<Violation>, notes: Vec<String>) -> PropertyResult {
+    PropertyResult {
+        name: name.to_string(),
+        passed: violations.is_empty(),
+        violations,
+        notes,
+    }
+}
+
+/// Grants in `at_ns` order: (event index, client, resource, token).
+fn grants<'a>(ctx: &Ctx<'a>) -> Vec<(usize, &'a str, &'a str, u64)> {
+    ctx.order
+        .iter()
+        .filter_map(|&i| match &ctx.events[i].kind {
+            EventKind::Grant { resource, token } => {
+                Some((i, ctx.events[i].client.as_str(), resource.as_str(), *token))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn unique_tokens(ctx: &Ctx) -> PropertyResult {
+    let mut by_token: BTreeMap<(&str, u64), Vec<usize>> = BTreeMap::new();
+    for (i, _, resource, token) in grants(ctx) {
+        by_token.entry((resource, token)).or_default().push(i);
+    }
+    let violations = by_token
+        .into_iter()
+        .filter(|(_, is)| is.len() > 1)
+        .map(|((resource, token), is)| {
+            let who: Vec<String> = is
+                .iter()
+                .map(|&i| format!("{} at {}", ctx.events[i].client, ctx.at(i)))
+                .collect();
+            Violation {
+                message: format!(
+                    "token {token} of {resource} granted {} times: {}",
+                    is.len(),
+                    who.join(", ")
+                ),
+                events: is,
+            }
+        })
+        .collect();
+    result(UNIQUE_TOKENS, violations, Vec::new())
+}
+
+/// Per grant (event index): the index of the latest `AcquireStart` of the
+/// same client and resource at or before it in `at_ns` order.
+fn acquire_starts(ctx: &Ctx) -> HashMap<usize, usize> {
+    let mut latest: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut out = HashMap::new();
+    for &i in &ctx.order {
+        let e = &ctx.events[i];
+        match &e.kind {
+            EventKind::AcquireStart { resource } => {
+                latest.insert((e.client.as_str(), resource.as_str()), i);
+            }
+            EventKind::Grant { resource, .. } => {
+                if let Some(&s) = latest.get(&(e.client.as_str(), resource.as_str())) {
+                    out.insert(i, s);
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Among `done` (completion ns, token, event index) sorted by completion,
+/// with `best[k]` the position of the highest token among the first k+1:
+/// the highest-token entry completed strictly before `before_ns`.
+fn best_before(done: &[(u64, u64, usize)], best: &[usize], before_ns: u64) -> Option<usize> {
+    let n = done.partition_point(|&(at, _, _)| at < before_ns);
+    (n > 0).then(|| best[n - 1])
+}
+
+/// Prefix maxima of tokens: position of the highest token in `done[..=k]`
+/// (the earliest such on ties).
+fn prefix_best(done: &[(u64, u64, usize)]) -> Vec<usize> {
+    let mut best: Vec<usize> = Vec::with_capacity(done.len());
+    for (k, d) in done.iter().enumerate() {
+        match best.last() {
+            Some(&b) if done[b].1 >= d.1 => best.push(b),
+            _ => best.push(k),
+        }
+    }
+    best
+}
+
+fn monotonic_grants(ctx: &Ctx) -> PropertyResult {
+    let starts = acquire_starts(ctx);
+    let mut by_resource: BTreeMap<&str, Done> = BTreeMap::new();
+    for (i, _, resource, token) in grants(ctx) {
+        by_resource
+            .entry(resource)
+            .or_default()
+            .push((ctx.events[i].at_ns, token, i));
+    }
+    let mut violations = Vec::new();
+    let mut unpaired = 0;
+    for (resource, done) in &by_resource {
+        let best = prefix_best(done);
+        for &(_, token, g2) in done {
+            let Some(&s2) = starts.get(&g2) else {
+                unpaired += 1;
+                continue;
+            };
+            let Some(b) = best_before(done, &best, ctx.events[s2].at_ns) else {
+                continue;
+            };
+            let (_, token1, g1) = done[b];
+            if token1 >= token {
+                violations.push(Violation {
+                    message: format!(
+                        "{} was granted token {token} of {resource} (acquire began {}, returned {}) \
+                         after {} was granted token {token1} (returned {}): not higher in real-time order",
+                        ctx.events[g2].client,
+                        ctx.at(s2),
+                        ctx.at(g2),
+                        ctx.events[g1].client,
+                        ctx.at(g1),
+                    ),
+                    events: vec![g1, s2, g2],
+                });
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    if unpaired > 0 {
+        notes.push(format!(
+            "{unpaired} grant(s) without a preceding acquire_start: not ordered after any grant"
+        ));
+    }
+    result(MONOTONIC_GRANTS, violations, notes)
+}
+
+/// Accepted writes in `at_ns` order per (gate, resource):
+/// (completion ns, token, event index).
+fn accepted_writes<'a>(ctx: &Ctx<'a>) -> ByRegister<'a> {
+    let mut out = ByRegister::new();
+    for &i in &ctx.order {
+        if let EventKind::Write {
+            resource,
+            token,
+            gate,
+            outcome: WriteOutcome::Accepted,
+            ..
+        } = &ctx.events[i].kind
+        {
+            out.entry((gate.as_str(), resource.as_str()))
+                .or_default()
+                .push((ctx.events[i].at_ns, *token, i));
+        }
+    }
+    out
+}
+
+fn write_start(e: &Event) -> u64 {
+    match e.kind {
+        EventKind::Write { start_ns, .. } => start_ns,
+        _ => e.at_ns,
+    }
+}
+
+fn gate_monotonic(ctx: &Ctx) -> PropertyResult {
+    let mut violations = Vec::new();
+    for ((gate, resource), done) in accepted_writes(ctx) {
+        let best = prefix_best(&done);
+        for &(_, token, w2) in &done {
+            let sent = write_start(&ctx.events[w2]);
+            let Some(b) = best_before(&done, &best, sent) else {
+                continue;
+            };
+            let (_, token1, w1) = done[b];
+            if token1 > token {
+                violations.push(Violation {
+                    message: format!(
+                        "gate {gate} accepted {}'s write with token {token} on {resource} \
+                         (sent {}, accepted {}) after {}'s write with token {token1} \
+                         was accepted at {}",
+                        ctx.events[w2].client,
+                        ctx.t(sent),
+                        ctx.at(w2),
+                        ctx.events[w1].client,
+                        ctx.at(w1),
+                    ),
+                    events: vec![w1, w2],
+                });
+            }
+        }
+    }
+    result(GATE_MONOTONIC, violations, Vec::new())
+}
+
+/// Faults that excuse a holder for not noticing its loss in time.
+fn excusing(fault: &str) -> bool {
+    fault == "pause-client" || fault.starts_with("clock-")
+}
+
+fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
+    let mut violations = Vec::new();
+    let mut exempt = 0;
+    let accepted = accepted_writes(ctx);
+    // Holds per resource, in grant order (holds() yields them so).
+    let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in &ctx.holds {
+        by_resource.entry(h.resource.as_str()).or_default().push(h);
+    }
+    for (resource, hs) in &by_resource {
+        for (k, h) in hs.iter().enumerate() {
+            let Some(next) = hs[k + 1..]
+                .iter()
+                .find(|n| n.client != h.client && n.token > h.token)
+            else {
+                continue;
+            };
+            if h.end_ns.is_some_and(|end| end <= next.start_ns) {
+                continue;
+            }
+            let excuse = ctx.faults.iter().find(|f| {
+                excusing(&f.fault) && f.target == h.client && f.overlaps(h.start_ns, next.start_ns)
+            });
+            if let Some(f) = excuse {
+                exempt += 1;
+                stale_writes(ctx, h, f, &accepted, &mut violations);
+                continue;
+            }
+            let end_c = h.end_ns.unwrap_or(ctx.end);
+            let end_next = next.end_ns.unwrap_or(ctx.end);
+            let overlap = end_c.min(end_next).saturating_sub(next.start_ns);
+            let ended = match (h.end, h.end_kind) {
+                (Some(e), Some(kind)) => {
+                    let how = match (&ctx.events[e].kind, kind) {
+                        (EventKind::Lost { reason, .. }, _) => format!("lost ({reason})"),
+                        (_, HoldEnd::Release) => "released".to_string(),
+                        _ => "crashed".to_string(),
+                    };
+                    format!("{} only at {}", how, ctx.at(e))
+                }
+                _ => "never lost, released or crashed".to_string(),
+            };
+            let mut events = vec![h.grant, next.grant];
+            events.extend(h.end);
+            violations.push(Violation {
+                message: format!(
+                    "{} still held token {} of {resource} (granted {}) when {} was granted \
+                     token {} at {}: {}; both held it for {:.3} ms",
+                    h.client,
+                    h.token,
+                    ctx.t(h.start_ns),
+                    next.client,
+                    next.token,
+                    ctx.t(next.start_ns),
+                    ended,
+                    ms(overlap),
+                ),
+                events,
+            });
+        }
+    }
+    let mut notes = Vec::new();
+    if exempt > 0 {
+        notes.push(format!(
+            "{exempt} hold(s) outlived the next grant under pause-client or clock-* faults \
+             (exempt; their stale writes checked instead)"
+        ));
+    }
+    result(LOSS_BEFORE_NEXT_GRANT, violations, notes)
+}
+
+/// For an exempt hold: every accepted write of its client with its token
+/// that was sent after a write with a higher token had been accepted at the
+/// same gate.
+fn stale_writes(
+    ctx: &Ctx,
+    h: &Hold,
+    fault: &FaultSpan,
+    accepted: &ByRegister,
+    violations: &mut Vec<Violation>,
+) {
+    for ((gate, resource), done) in accepted {
+        if *resource != h.resource {
+            continue;
+        }
+        for &(_, token, w) in done {
+            if token != h.token || ctx.events[w].client != h.client {
+                continue;
+            }
+            let sent = write_start(&ctx.events[w]);
+            // The earliest accepted write with a higher token, completed
+            // before this one was sent.
+            let Some(&(_, newer_token, newer)) = done
+                .iter()
+                .take_while(|&&(at, _, _)| at < sent)
+                .find(|&&(_, t, _)| t > token)
+            else {
+                continue;
+            };
+            violations.push(Violation {
+                message: format!(
+                    "stale write accepted from paused holder: gate {gate} accepted {}'s write \
+                     with token {token} on {resource} (sent {}) after {}'s write with token \
+                     {newer_token} was accepted at {} ({} {} from {})",
+                    h.client,
+                    ctx.t(sent),
+                    ctx.events[newer].client,
+                    ctx.at(newer),
+                    fault.fault,
+                    fault.id,
+                    ctx.t(fault.start_ns),
+                ),
+                events: vec![h.grant, newer, w],
+            });
+        }
+    }
+}
+
+fn durability(ctx: &Ctx, final_values: Option<&FinalValues>) -> PropertyResult {
+    let Some(finals) = final_values else {
+        return result(DURABILITY, Vec::new(), vec!["not checked".to_string()]);
+    };
+    // All writes that may have been applied, per register, in at_ns order.
+    let mut writes: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    for &i in &ctx.order {
+        if let EventKind::Write {
+            resource,
+            gate,
+            outcome,
+            ..
+        } = &ctx.events[i].kind
+        {
+            if *outcome != WriteOutcome::Refused {
+                writes
+                    .entry((gate.as_str(), resource.as_str()))
+                    .or_default()
+                    .push(i);
+            }
+        }
+    }
+    let fields = |i: usize| match &ctx.events[i].kind {
+        EventKind::Write {
+            token,
+            start_ns,
+            outcome,
+            value,
+            ..
+        } => (*token, *start_ns, ctx.events[i].at_ns, *outcome, *value),
+        _ => unreachable!("only writes are collected"),
+    };
+    let mut violations = Vec::new();
+    let mut notes = Vec::new();
+    for ((gate, resource), &actual) in finals {
+        let ws = writes
+            .get(&(gate.as_str(), resource.as_str()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let last = ws
+            .iter()
+            .copied()
+            .filter(|&i| fields(i).3 == WriteOutcome::Accepted)
+            .max_by_key(|&i| {
+                let (token, _, at, _, _) = fields(i);
+                (token, at)
+            });
+        // Values the register may hold: the last accepted write's, or that
+        // of a write that may have been applied after it.
+        let mut allowed: Vec<(u64, usize)> = Vec::new();
+        match last {
+            Some(l) => {
+                let (lt, ls, _, _, lv) = fields(l);
+                allowed.push((lv, l));
+                for &i in ws {
+                    let (t, _, at, outcome, v) = fields(i);
+                    let later = match outcome {
+                        WriteOutcome::Unknown => t >= lt,
+                        _ => i != l && t == lt && at >= ls,
+                    };
+                    if later {
+                        allowed.push((v, i));
+                    }
+                }
+            }
+            None if ws.is_empty() => {
+                notes.push(format!(
+                    "register {gate}/{resource}: no write may have been applied (final value {actual})"
+                ));
+                continue;
+            }
+            None => allowed.extend(ws.iter().map(|&i| (fields(i).4, i))),
+        }
+        if allowed.iter().any(|&(v, _)| v == actual) {
+            continue;
+        }
+        let message = match last {
+            Some(l) => {
+                let (lt, _, _, _, lv) = fields(l);
+                let others = allowed.len() - 1;
+                format!(
+                    "register {gate}/{resource} ends with {actual}, but the last accepted write \
+                     was {}'s value {lv} with token {lt} at {}{}",
+                    ctx.events[l].client,
+                    ctx.at(l),
+                    if others > 0 {
+                        format!(" ({others} later write(s) of unknown outcome or concurrent were also allowed)")
+                    } else {
+                        String::new()
+                    }
+                )
+            }
+            None => format!(
+                "register {gate}/{resource} ends with {actual}, which no write of unknown outcome carried"
+            ),
+        };
+        violations.push(Violation {
+            message,
+            events: allowed.iter().map(|&(_, i)| i).collect(),
+        });
+    }
+    for (gate, resource) in writes.keys() {
+        if !finals.contains_key(&(gate.to_string(), resource.to_string())) {
+            notes.push(format!("register {gate}/{resource}: final value not read"));
+        }
+    }
+    result(DURABILITY, violations, notes)
+}
+
+fn liveness(ctx: &Ctx) -> PropertyResult {
+    let last_fault_end = ctx
+        .order
+        .iter()
+        .rev()
+        .copied()
+        .find(|&i| matches!(ctx.events[i].kind, EventKind::FaultEnd { .. }));
+    let mut violations = Vec::new();
+    let mut notes = Vec::new();
+    match last_fault_end {
+        None => notes.push("no fault ended: nothing to recover from".to_string()),
+        Some(f) => {
+            let after = ctx.order.iter().skip_while(|&&i| i != f).skip(1);
+            let mut grant = None;
+            let mut starts = Vec::new();
+            for &i in after {
+                match ctx.events[i].kind {
+                    EventKind::Grant { .. } if grant.is_none() => grant = Some(i),
+                    EventKind::AcquireStart { .. } => starts.push(i),
+                    _ => {}
+                }
+            }
+            if grant.is_none() && !starts.is_empty() {
+                let mut clients: Vec<&str> = starts
+                    .iter()
+                    .map(|&i| ctx.events[i].client.as_str())
+                    .collect();
+                clients.sort_unstable();
+                clients.dedup();
+                let mut events = vec![f];
+                events.extend(starts.iter().take(20));
+                violations.push(Violation {
+                    message: format!(
+                        "stuck: no grant after the last fault ended at {}, though {} acquire(s) \
+                         began after it (by {}); history ends at {}",
+                        ctx.at(f),
+                        starts.len(),
+                        clients.join(", "),
+                        ctx.t(ctx.end),
+                    ),
+                    events,
+                });
+            }
+        }
+    }
+    result(LIVENESS, violations, notes)
+}
+
+fn figures(ctx: &Ctx) -> Figures {
+    let mut f = Figures {
+        events: ctx.events.len(),
+        duration_ms: ms(ctx.end - ctx.origin),
+        ..Figures::default()
+    };
+    let mut clients: Vec<&str> = ctx
+        .events
+        .iter()
+        .map(|e| e.client.as_str())
+        .filter(|&c| c != NEMESIS)
+        .collect();
+    clients.sort_unstable();
+    clients.dedup();
+    f.clients = clients.len();
+    for e in ctx.events {
+        match &e.kind {
+            EventKind::Grant { .. } => f.grants += 1,
+            EventKind::Write { outcome, .. } => match outcome {
+                WriteOutcome::Accepted => f.writes_accepted += 1,
+                WriteOutcome::Refused => f.writes_refused += 1,
+                WriteOutcome::Unknown => f.writes_unknown += 1,
+            },
+            EventKind::FaultStart { fault, .. } => {
+                *f.faults_by_kind.entry(fault.clone()).or_default() += 1
+            }
+            _ => {}
+        }
+    }
+    f.max_hold = ctx
+        .holds
+        .iter()
+        .map(|h| (h, h.end_ns.unwrap_or(ctx.end).saturating_sub(h.start_ns)))
+        .max_by_key(|&(_, d)| d)
+        .map(|(h, d)| HoldFigure {
+            client: h.client.clone(),
+            resource: h.resource.clone(),
+            token: h.token,
+            ms: ms(d),
+            open: h.end.is_none(),
+        });
+    let grant_times: Vec<u64> = grants(ctx)
+        .iter()
+        .map(|&(i, ..)| ctx.events[i].at_ns)
+        .collect();
+    f.max_grant_gap_ms = grant_times.windows(2).map(|w| w[1] - w[0]).max().map(ms);
+    let last_fault_end = ctx
+        .order
+        .iter()
+        .rev()
+        .find(|&&i| matches!(ctx.events[i].kind, EventKind::FaultEnd { .. }))
+        .copied();
+    if let Some(fe) = last_fault_end {
+        let pos = ctx.order.iter().position(|&i| i == fe).unwrap_or(0);
+        f.recovery_ms = ctx.order[pos + 1..]
+            .iter()
+            .find(|&&i| matches!(ctx.events[i].kind, EventKind::Grant { .. }))
+            .map(|&i| ms(ctx.events[i].at_ns - ctx.events[fe].at_ns));
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds histories tersely; times in ms.
+    #[derive(Default)]
+    struct H(Vec<Event>);
+
+    const MS: u64 = 1_000_000;
+
+    impl H {
+        fn push(&mut self, at_ms: u64, client: &str, kind: EventKind) -> usize {
+            self.0.push(Event::new(at_ms * MS, client, kind));
+            self.0.len() - 1
+        }
+        fn start(&mut self, at: u64, c: &str) -> usize {
+            self.push(
+                at,
+                c,
+                EventKind::AcquireStart {
+                    resource: "r".into(),
+                },
+            )
+        }
+        fn grant(&mut self, at: u64, c: &str, token: u64) -> usize {
+            self.push(
+                at,
+                c,
+                EventKind::Grant {
+                    resource: "r".into(),
+                    token,
+                },
+            )
+        }
+        fn lost(&mut self, at: u64, c: &str, token: u64) -> usize {
+            self.push(
+                at,
+                c,
+                EventKind::Lost {
+                    resource: "r".into(),
+                    token,
+                    reason: "lease expired".into(),
+                },
+            )
+        }
+        fn release(&mut self, at: u64, c: &str, token: u64) -> usize {
+            self.push(
+                at,
+                c,
+                EventKind::Release {
+                    resource: "r".into(),
+                    token,
+                },
+            )
+        }
+        fn write(
+            &mut self,
+            sent: u64,
+            at: u64,
+            c: &str,
+            token: u64,
+            outcome: WriteOutcome,
+            value: u64,
+        ) -> usize {
+            self.push(
+                at,
+                c,
+                EventKind::Write {
+                    resource: "r".into(),
+                    token,
+                    gate: "g".into(),
+                    start_ns: sent * MS,
+                    outcome,
+                    value,
+                },
+            )
+        }
+        fn fault(&mut self, from: u64, to: u64, fault: &str, target: &str, id: u64) {
+            self.push(
+                from,
+                NEMESIS,
+                EventKind::FaultStart {
+                    fault: fault.into(),
+                    target: target.into(),
+                    id,
+                },
+            );
+            self.push(to, NEMESIS, EventKind::FaultEnd { id });
+        }
+    }
+
+    /// c1 holds 1, writes, releases; c2 acquires meanwhile, gets 2 when c1
+    /// released, writes; a partition comes and goes; c1 gets 3.
+    fn clean() -> H {
+        let mut h = H::default();
+        h.start(0, "c1");
+        h.grant(1, "c1", 1);
+        h.start(2, "c2");
+        h.write(3, 4, "c1", 1, WriteOutcome::Accepted, 10);
+        h.release(5, "c1", 1);
+        h.grant(6, "c2", 2);
+        h.write(7, 8, "c2", 2, WriteOutcome::Accepted, 20);
+        h.write(8, 9, "c2", 2, WriteOutcome::Accepted, 21);
+        h.fault(10, 20, "partition-leader", "n1", 1);
+        h.start(11, "c1");
+        h.lost(12, "c2", 2);
+        h.grant(25, "c1", 3);
+        h.write(26, 27, "c1", 3, WriteOutcome::Accepted, 30);
+        h.write(26, 28, "c2", 2, WriteOutcome::Refused, 22);
+        h
+    }
+
+    fn assert_only_fails(report: &Report, name: &str) {
+        for p in &report.properties {
+            assert_eq!(p.passed, p.name != name, "{}\n{report}", p.name);
+        }
+        assert!(!report.passed());
+        let v = &report.property(name).unwrap().violations;
+        assert!(!v.is_empty());
+    }
+
+    #[test]
+    fn clean_history_passes() {
+        let h = clean();
+        let report = check(&h.0);
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.properties.len(), 6);
+        let f = &report.figures;
+        assert_eq!((f.grants, f.clients, f.events), (3, 2, h.0.len()));
+        assert_eq!(
+            (f.writes_accepted, f.writes_refused, f.writes_unknown),
+            (4, 1, 0)
+        );
+        assert_eq!(f.faults_by_kind.get("partition-leader"), Some(&1));
+        assert_eq!(f.recovery_ms, Some(5.0));
+        assert_eq!(f.max_grant_gap_ms, Some(19.0));
+        let hold = f.max_hold.as_ref().unwrap();
+        assert_eq!((hold.client.as_str(), hold.token, hold.ms), ("c2", 2, 6.0));
+        assert_eq!(
+            report.property(DURABILITY).unwrap().notes,
+            vec!["not checked".to_string()]
+        );
+        let text = report.to_string();
+        assert!(
+            text.contains("durability") && text.contains("not checked"),
+            "{text}"
+        );
+        assert!(!text.contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn shuffled_file_order_is_tolerated() {
+        let mut events = clean().0;
+        events.reverse();
+        assert!(check(&events).passed());
+    }
+
+    #[test]
+    fn duplicate_token_fails_unique_tokens() {
+        let mut h = clean();
+        // c1's last grant carries c2's token 2 (granted in real time after
+        // c2's lost 2, so monotonic-grants fails too).
+        let EventKind::Grant { token, .. } = &mut h.0[12].kind else {
+            panic!("event 12 is c1's grant")
+        };
+        *token = 2;
+        // Keep the writes consistent so only token properties break.
+        let EventKind::Write { token, .. } = &mut h.0[13].kind else {
+            panic!()
+        };
+        *token = 2;
+        let report = check(&h.0);
+        let p = report.property(UNIQUE_TOKENS).unwrap();
+        assert!(!p.passed, "{report}");
+        assert_eq!(p.violations.len(), 1);
+        assert_eq!(p.violations[0].events, vec![5, 12]);
+        assert!(p.violations[0]
+            .message
+            .contains("token 2 of r granted 2 times"));
+        assert!(!report.property(MONOTONIC_GRANTS).unwrap().passed);
+        assert!(report.property(GATE_MONOTONIC).unwrap().passed);
+    }
+
+    #[test]
+    fn duplicate_token_in_overlapping_acquires_fails_only_unique_tokens() {
+        let mut h = H::default();
+        h.start(0, "c1");
+        h.start(0, "c2");
+        h.grant(1, "c1", 4);
+        h.release(2, "c1", 4);
+        h.grant(3, "c2", 4);
+        assert!(!check(&h.0).property(UNIQUE_TOKENS).unwrap().passed);
+        assert!(check(&h.0).property(MONOTONIC_GRANTS).unwrap().passed);
+    }
+
+    #[test]
+    fn token_going_down_in_real_time_fails_monotonic_grants() {
+        let mut h = clean();
+        let EventKind::Grant { token, .. } = &mut h.0[12].kind else {
+            panic!("event 12 is c1's grant")
+        };
+        *token = 0; // c1 acquires at 11 ms, after c2's grant of 2 at 6 ms
+        h.0.truncate(13); // without the writes (gate-monotonic would see them)
+        let report = check(&h.0);
+        assert_only_fails(&report, MONOTONIC_GRANTS);
+        let v = &report.property(MONOTONIC_GRANTS).unwrap().violations;
+        assert_eq!(v.len(), 1, "{report}");
+        assert_eq!(v[0].events, vec![5, 10, 12]);
+        assert!(
+            v[0].message.contains("c1 was granted token 0"),
+            "{}",
+            v[0].message
+        );
+        assert!(
+            v[0].message.contains("c2 was granted token 2"),
+            "{}",
+            v[0].message
+        );
+    }
+
+    #[test]
+    fn overlapping_acquires_are_unordered() {
+        let mut h = H::default();
+        h.start(0, "c1");
+        h.start(1, "c2");
+        h.grant(2, "c2", 5);
+        h.release(3, "c2", 5);
+        h.grant(4, "c1", 4); // began before c2's grant returned: fine
+        h.release(5, "c1", 4);
+        assert!(check(&h.0).passed(), "{}", check(&h.0));
+        // ... but had c1 begun after c2's grant returned, it is not.
+        h.0[0].at_ns = 2 * MS + 1;
+        let report = check(&h.0);
+        assert_only_fails(&report, MONOTONIC_GRANTS);
+    }
+
+    #[test]
+    fn gate_accepting_lower_after_higher_fails_gate_monotonic() {
+        let mut h = H::default();
+        h.write(0, 1, "c2", 7, WriteOutcome::Accepted, 70);
+        h.write(1, 2, "c1", 5, WriteOutcome::Refused, 50);
+        h.write(1, 3, "c1", 7, WriteOutcome::Accepted, 71); // equal: a retry
+        assert!(check(&h.0).passed());
+        // Concurrent with the 7: may be ordered before it.
+        h.write(0, 3, "c1", 5, WriteOutcome::Accepted, 51);
+        assert!(check(&h.0).passed(), "{}", check(&h.0));
+        // Sent after the 7 completed: must have been refused.
+        let w = h.write(2, 4, "c1", 5, WriteOutcome::Accepted, 52);
+        let report = check(&h.0);
+        assert_only_fails(&report, GATE_MONOTONIC);
+        let v = &report.property(GATE_MONOTONIC).unwrap().violations;
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].events, vec![0, w]);
+        assert!(v[0].message.contains("token 5") && v[0].message.contains("token 7"));
+        // Another gate is independent.
+        let EventKind::Write { gate, .. } = &mut h.0[w].kind else {
+            panic!()
+        };
+        *gate = "other".into();
+        assert!(check(&h.0).passed());
+    }
+
+    /// c1 holds 1 and never notices; c2 is granted 2 at 10 ms.
+    fn overlap(lost_at: u64) -> H {
+        let mut h = H::default();
+        h.start(0, "c1");
+        h.grant(1, "c1", 1);
+        h.write(2, 3, "c1", 1, WriteOutcome::Accepted, 10);
+        h.start(4, "c2");
+        h.grant(10, "c2", 2);
+        h.write(11, 12, "c2", 2, WriteOutcome::Accepted, 20);
+        h.lost(lost_at, "c1", 1);
+        h.write(14, 15, "c1", 1, WriteOutcome::Refused, 11);
+        h
+    }
+
+    #[test]
+    fn holder_without_loss_fails_loss_before_next_grant() {
+        assert!(check(&overlap(9).0).passed());
+        assert!(check(&overlap(10).0).passed(), "at the grant is in time");
+        let h = overlap(13);
+        let report = check(&h.0);
+        assert_only_fails(&report, LOSS_BEFORE_NEXT_GRANT);
+        let v = &report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().violations;
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].events, vec![1, 4, 6]);
+        let m = &v[0].message;
+        assert!(m.contains("c1 still held token 1") && m.contains("c2 was granted token 2"));
+        assert!(m.contains("both held it for 3.000 ms"), "{m}");
+
+        // Never lost at all: overlap to the end of the history (15 ms).
+        let mut h = overlap(13);
+        h.0.remove(6);
+        let report = check(&h.0);
+        let m = &report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().violations[0].message;
+        assert!(m.contains("never lost") && m.contains("5.000 ms"), "{m}");
+
+        // A crash before the grant ends the hold; a crash after does not.
+        let mut h = overlap(13);
+        h.0.remove(6);
+        h.push(9, "c1", EventKind::Crash {});
+        assert!(check(&h.0).passed());
+        h.0.last_mut().unwrap().at_ns = 11 * MS;
+        assert!(!check(&h.0).passed());
+    }
+
+    #[test]
+    fn paused_holder_is_exempt_unless_stale_write_accepted() {
+        // Same overlap, but c1 was paused over it.
+        let mut h = overlap(13);
+        h.fault(5, 12, "pause-client", "c1", 1);
+        let report = check(&h.0);
+        assert!(report.passed(), "{report}");
+        assert!(report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().notes[0].contains("exempt"));
+
+        // A pause of another client, or a fault before the grant, does not
+        // excuse c1.
+        let mut other = overlap(13);
+        other.fault(5, 12, "pause-client", "c2", 1);
+        assert!(!check(&other.0).passed());
+        let mut before = overlap(13);
+        before.fault(0, 1, "clock-fast", "c1", 1);
+        before.0[1].at_ns = 2 * MS; // grant after the fault ended
+        assert!(!check(&before.0).passed());
+        let mut clock = overlap(13);
+        clock.fault(5, 12, "clock-jump", "c1", 1);
+        assert!(check(&clock.0).passed());
+
+        // The paused holder's stale write, sent at 14 ms after c2's write
+        // with token 2 completed at 12 ms, is accepted by the gate.
+        let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
+            panic!()
+        };
+        *outcome = WriteOutcome::Accepted;
+        let report = check(&h.0);
+        let p = report.property(LOSS_BEFORE_NEXT_GRANT).unwrap();
+        assert!(!p.passed, "{report}");
+        assert_eq!(p.violations.len(), 1);
+        assert!(p.violations[0]
+            .message
+            .starts_with("stale write accepted from paused holder"));
+        assert_eq!(p.violations[0].events, vec![1, 5, 7]);
+        // (gate-monotonic sees the same write.)
+        assert!(!report.property(GATE_MONOTONIC).unwrap().passed);
+    }
+
+    #[test]
+    fn durability_mismatch_fails() {
+        let h = clean();
+        let key = ("g".to_string(), "r".to_string());
+        let ok = FinalValues::from([(key.clone(), 30)]);
+        let report = check_with_final(&h.0, &ok);
+        assert!(report.passed(), "{report}");
+        assert!(report.property(DURABILITY).unwrap().notes.is_empty());
+
+        let bad = FinalValues::from([(key.clone(), 21)]);
+        let report = check_with_final(&h.0, &bad);
+        assert_only_fails(&report, DURABILITY);
+        let v = &report.property(DURABILITY).unwrap().violations;
+        assert!(v[0].message.contains("ends with 21") && v[0].message.contains("value 30"));
+        assert_eq!(v[0].events, vec![13]);
+
+        // A later write of unknown outcome may have landed.
+        let mut h = clean();
+        h.write(29, 30, "c1", 3, WriteOutcome::Unknown, 31);
+        let maybe = FinalValues::from([(key.clone(), 31)]);
+        assert!(check_with_final(&h.0, &maybe).passed());
+        assert!(check_with_final(&h.0, &ok).passed());
+        assert!(!check_with_final(&h.0, &bad).passed());
+
+        // An unread register is noted, not failed.
+        let report = check_with_final(&h.0, &FinalValues::new());
+        assert!(report.passed());
+        assert!(report.property(DURABILITY).unwrap().notes[0].contains("not read"));
+    }
+
+    #[test]
+    fn stuck_after_last_fault_fails_liveness() {
+        let mut h = clean();
+        h.fault(30, 40, "kill-member", "n2", 2);
+        h.start(41, "c2");
+        let report = check(&h.0);
+        assert_only_fails(&report, LIVENESS);
+        let v = &report.property(LIVENESS).unwrap().violations;
+        assert!(v[0].message.starts_with("stuck"), "{}", v[0].message);
+        assert_eq!(report.figures.recovery_ms, None);
+
+        h.release(42, "c1", 3);
+        h.grant(45, "c2", 4);
+        let report = check(&h.0);
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.figures.recovery_ms, Some(5.0));
+        assert_eq!(report.figures.faults_by_kind.len(), 2);
+
+        // Nobody tries after the last fault: not stuck.
+        let mut quiet = clean();
+        quiet.fault(30, 40, "kill-member", "n2", 2);
+        assert!(check(&quiet.0).passed());
+    }
+
+    #[test]
+    fn display_lists_failures_and_caps_violations() {
+        let mut h = H::default();
+        for k in 0..15 {
+            h.grant(k, &format!("c{k}"), 1);
+        }
+        let report = check(&h.0);
+        let text = report.to_string();
+        assert!(
+            text.contains("unique-tokens") && text.contains("FAIL"),
+            "{text}"
+        );
+        // 1 duplicate group: one violation naming all 15 grants.
+        assert_eq!(report.property(UNIQUE_TOKENS).unwrap().violations.len(), 1);
+
+        let mut h = H::default();
+        for k in 0..12u64 {
+            h.write(2 * k + 2, 2 * k + 3, "c", 1, WriteOutcome::Accepted, k);
+        }
+        h.write(0, 1, "c0", 9, WriteOutcome::Accepted, 99);
+        let report = check(&h.0);
+        assert_eq!(
+            report.property(GATE_MONOTONIC).unwrap().violations.len(),
+            12
+        );
+        let text = report.to_string();
+        assert!(text.contains("... and 2 more"), "{text}");
+        assert_eq!(text.matches("  - gate g accepted").count(), 10, "{text}");
+    }
+
+    #[test]
+    fn empty_history_passes() {
+        let report = check(&[]);
+        assert!(report.passed());
+        assert_eq!(report.figures.events, 0);
+        let _ = report.to_string();
+    }
+}

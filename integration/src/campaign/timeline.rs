@@ -1,0 +1,931 @@
+//! A self-contained HTML page showing a history on a time line: inline CSS
+//! and inline SVG, no scripts, nothing loaded from elsewhere.
+//!
+//! One horizontal lane per client (sorted by name), time to the right:
+//!
+//! - a hold is a bar from its grant to its `Lost`, `Release` or `Crash`
+//!   (paler when it lasts to the end), labelled with its token; a dashed
+//!   line leads from the acquire's start (a small circle) to the grant;
+//! - writes are ticks below the bars: accepted green, refused an orange x,
+//!   unknown grey;
+//! - a lost grant ends in a small triangle, a crash is a black cross;
+//! - faults are shaded bands: across every lane, named in the row above
+//!   the lanes, or on the lane of the client they target;
+//! - everything involved in a violation is red, and the violations are
+//!   listed below the picture.
+//!
+//! Every drawn event carries `data-ev="<index>"` (its index in the slice
+//! given to [`render_html`], as in the [`Report`]) and a tooltip. The plot
+//! is as wide as the run is long (up to a cap) and scrolls horizontally;
+//! the lane names stay put.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write;
+
+use super::checker::Report;
+use super::history::{fault_spans, holds, sorted_order, Event, EventKind, HoldEnd, WriteOutcome};
+
+const RED: &str = "#d62728";
+const GREEN: &str = "#2ca02c";
+const ORANGE: &str = "#ff7f0e";
+const GREY: &str = "#999999";
+const BLUE: &str = "#4c78a8";
+const GLOBAL_FAULT: &str = "#9467bd";
+const CLIENT_FAULT: &str = "#e7ba52";
+
+/// Width of the lane-name column.
+const LABEL_W: f64 = 160.0;
+/// Height of the time axis.
+const AXIS_H: f64 = 28.0;
+/// Height of the row naming the faults that span all lanes.
+const FAULT_H: f64 = 30.0;
+const LANE_H: f64 = 34.0;
+/// Margin left of the plot...
+const PAD: f64 = 12.0;
+/// ...and right of it (room for the last tick's label).
+const PAD_RIGHT: f64 = 48.0;
+/// Pixels per millisecond for short runs...
+const PX_PER_MS: f64 = 2.0;
+/// ...within these bounds on the plot's width.
+const MIN_W: f64 = 800.0;
+const MAX_W: f64 = 16_000.0;
+/// Violations listed below the picture.
+const LISTED: usize = 500;
+
+/// The page for `events` (any order) and the `report` the checker made of
+/// the same slice.
+pub fn render_html(events: &[Event], report: &Report, title: &str) -> String {
+    let mut out = String::new();
+    let title = esc(title);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{title}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
+    );
+    summary(&mut out, report);
+    legend(&mut out);
+    out.push_str(&Plot::new(events, report).svg());
+    violation_list(&mut out, report);
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+const CSS: &str = "
+body { font-family: system-ui, sans-serif; font-size: 14px; margin: 16px; color: #222; }
+h1 { font-size: 20px; }
+h2 { font-size: 16px; margin-top: 24px; }
+table.summary { border-collapse: collapse; margin-bottom: 8px; }
+table.summary td, table.summary th { border: 1px solid #ccc; padding: 2px 10px; text-align: left; }
+td.pass { color: #2ca02c; font-weight: bold; }
+td.fail { color: #d62728; font-weight: bold; }
+ul.figures { margin: 4px 0 12px 0; }
+.legend span.key { display: inline-block; margin-right: 14px; }
+.legend span.sw { display: inline-block; width: 14px; height: 10px; margin-right: 4px; vertical-align: middle; }
+.timeline { display: flex; border: 1px solid #ccc; margin-top: 8px; }
+.timeline .names { flex: none; background: #fafafa; border-right: 1px solid #ccc; }
+.timeline .scroll { flex: 1; overflow-x: auto; }
+svg text { font-size: 10px; font-family: ui-monospace, monospace; }
+svg .name { font-size: 12px; }
+ol.violations li { margin-bottom: 4px; }
+ol.violations li .prop { color: #d62728; font-weight: bold; }
+.events { color: #777; font-size: 12px; }
+";
+
+fn summary(out: &mut String, report: &Report) {
+    out.push_str(
+        "<table class=\"summary\">\n<tr><th>property</th><th>result</th><th>violations</th><th>notes</th></tr>\n",
+    );
+    for p in &report.properties {
+        let (class, word) = if p.passed {
+            ("pass", "pass")
+        } else {
+            ("fail", "FAIL")
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
+            esc(&p.name),
+            p.violations.len(),
+            esc(&p.notes.join("; "))
+        );
+    }
+    out.push_str("</table>\n<ul class=\"figures\">\n");
+    let f = &report.figures;
+    let opt = |ms: Option<f64>| ms.map_or_else(|| "-".to_string(), |ms| format!("{ms:.3} ms"));
+    let faults: Vec<String> = f
+        .faults_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect();
+    let max_hold = f.max_hold.as_ref().map_or_else(
+        || "-".to_string(),
+        |h| {
+            format!(
+                "{:.3} ms ({} token {} of {}{})",
+                h.ms,
+                h.client,
+                h.token,
+                h.resource,
+                if h.open { ", never ended" } else { "" }
+            )
+        },
+    );
+    for (k, v) in [
+        (
+            "events",
+            format!(
+                "{} over {:.3} ms, {} clients",
+                f.events, f.duration_ms, f.clients
+            ),
+        ),
+        ("grants", f.grants.to_string()),
+        (
+            "writes",
+            format!(
+                "{} accepted, {} refused, {} unknown",
+                f.writes_accepted, f.writes_refused, f.writes_unknown
+            ),
+        ),
+        (
+            "faults",
+            if faults.is_empty() {
+                "none".to_string()
+            } else {
+                faults.join(", ")
+            },
+        ),
+        ("max hold", max_hold),
+        ("recovery after last fault", opt(f.recovery_ms)),
+        ("max gap between grants", opt(f.max_grant_gap_ms)),
+    ] {
+        let _ = writeln!(out, "<li>{}: {}</li>", esc(k), esc(&v));
+    }
+    out.push_str("</ul>\n");
+}
+
+fn legend(out: &mut String) {
+    out.push_str("<div class=\"legend\">");
+    for (color, what) in [
+        (BLUE, "held (token)"),
+        (GREEN, "write accepted"),
+        (ORANGE, "write refused (x)"),
+        (GREY, "write unknown"),
+        (GLOBAL_FAULT, "fault (all lanes)"),
+        (CLIENT_FAULT, "fault on a client"),
+        (RED, "in a violation"),
+    ] {
+        let _ = write!(
+            out,
+            "<span class=\"key\"><span class=\"sw\" style=\"background:{color}\"></span>{what}</span>"
+        );
+    }
+    out.push_str("</div>\n");
+}
+
+fn violation_list(out: &mut String, report: &Report) {
+    let total = report.violations().count();
+    let _ = writeln!(out, "<h2>Violations ({total})</h2>");
+    if total == 0 {
+        out.push_str("<p>None.</p>\n");
+        return;
+    }
+    out.push_str("<ol class=\"violations\">\n");
+    for (name, v) in report.violations().take(LISTED) {
+        let evs: Vec<String> = v.events.iter().map(|i| i.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "<li class=\"violation\"><span class=\"prop\">{}</span>: {} <span class=\"events\">(events {})</span></li>",
+            esc(name),
+            esc(&v.message),
+            evs.join(", ")
+        );
+    }
+    out.push_str("</ol>\n");
+    if total > LISTED {
+        let _ = writeln!(out, "<p>... and {} more.</p>", total - LISTED);
+    }
+}
+
+/// Escapes text for HTML content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The SVG part.
+struct Plot<'a> {
+    events: &'a [Event],
+    origin: u64,
+    end: u64,
+    /// Plot width in pixels (without the margins).
+    width: f64,
+    lanes: Vec<&'a str>,
+    lane_of: HashMap<&'a str, usize>,
+    viol: BTreeSet<usize>,
+    several_resources: bool,
+}
+
+impl<'a> Plot<'a> {
+    fn new(events: &'a [Event], report: &Report) -> Self {
+        let order = sorted_order(events);
+        let origin = order.first().map_or(0, |&i| events[i].at_ns);
+        let end = order.last().map_or(0, |&i| events[i].at_ns);
+        // Lanes: every client with an event other than a fault.
+        let lanes: BTreeSet<&str> = events
+            .iter()
+            .filter(|e| {
+                !matches!(
+                    e.kind,
+                    EventKind::FaultStart { .. } | EventKind::FaultEnd { .. }
+                )
+            })
+            .map(|e| e.client.as_str())
+            .collect();
+        let lanes: Vec<&str> = lanes.into_iter().collect();
+        let lane_of = lanes.iter().enumerate().map(|(k, &c)| (c, k)).collect();
+        let resources: BTreeSet<&str> = events.iter().filter_map(|e| e.kind.resource()).collect();
+        let span_ms = (end - origin) as f64 / 1e6;
+        Plot {
+            events,
+            origin,
+            end,
+            width: (span_ms * PX_PER_MS).clamp(MIN_W, MAX_W),
+            lanes,
+            lane_of,
+            viol: report
+                .violating_events()
+                .into_iter()
+                .filter(|&i| i < events.len())
+                .collect(),
+            several_resources: resources.len() > 1,
+        }
+    }
+
+    fn x(&self, ns: u64) -> f64 {
+        let span = (self.end - self.origin).max(1) as f64;
+        PAD + ns.saturating_sub(self.origin) as f64 / span * self.width
+    }
+
+    fn lane_top(&self, k: usize) -> f64 {
+        AXIS_H + FAULT_H + k as f64 * LANE_H
+    }
+
+    fn height(&self) -> f64 {
+        self.lane_top(self.lanes.len()) + 4.0
+    }
+
+    /// Class suffix and colour for event `i`: red when in a violation.
+    fn paint(&self, i: usize, color: &'static str) -> (&'static str, &'static str) {
+        if self.viol.contains(&i) {
+            (" viol", RED)
+        } else {
+            ("", color)
+        }
+    }
+
+    fn t(&self, ns: u64) -> String {
+        format!("{:.3} ms", ns.saturating_sub(self.origin) as f64 / 1e6)
+    }
+
+    fn svg(&self) -> String {
+        let h = self.height();
+        let total_w = self.width + PAD + PAD_RIGHT;
+        let mut s = String::new();
+        s.push_str("<div class=\"timeline\">\n");
+        // The names column, outside the scrolling part.
+        let _ = writeln!(
+            s,
+            "<div class=\"names\"><svg class=\"names\" width=\"{LABEL_W}\" height=\"{h}\" viewBox=\"0 0 {LABEL_W} {h}\">"
+        );
+        let _ = writeln!(
+            s,
+            "<text class=\"name\" x=\"6\" y=\"{}\">time</text>",
+            AXIS_H - 10.0
+        );
+        let _ = writeln!(
+            s,
+            "<text class=\"name\" x=\"6\" y=\"{}\">faults</text>",
+            AXIS_H + FAULT_H / 2.0 + 4.0
+        );
+        for (k, c) in self.lanes.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "<text class=\"name lane-label\" x=\"6\" y=\"{:.1}\">{}</text>",
+                self.lane_top(k) + LANE_H / 2.0 + 4.0,
+                esc(c)
+            );
+        }
+        s.push_str("</svg></div>\n");
+
+        let _ = writeln!(
+            s,
+            "<div class=\"scroll\"><svg class=\"plot\" width=\"{total_w:.0}\" height=\"{h}\" viewBox=\"0 0 {total_w:.0} {h}\">"
+        );
+        self.lane_backgrounds(&mut s, total_w);
+        self.axis(&mut s, h);
+        self.faults(&mut s, h);
+        self.lanes_content(&mut s);
+        s.push_str("</svg></div>\n</div>\n");
+        s
+    }
+
+    fn lane_backgrounds(&self, s: &mut String, total_w: f64) {
+        for k in 0..self.lanes.len() {
+            let fill = if k % 2 == 0 { "#ffffff" } else { "#f4f6f8" };
+            let _ = writeln!(
+                s,
+                "<rect x=\"0\" y=\"{:.1}\" width=\"{total_w:.0}\" height=\"{LANE_H}\" fill=\"{fill}\"/>",
+                self.lane_top(k)
+            );
+        }
+    }
+
+    fn axis(&self, s: &mut String, h: f64) {
+        let span_ms = (self.end - self.origin) as f64 / 1e6;
+        let px_per_ms = if span_ms > 0.0 {
+            self.width / span_ms
+        } else {
+            self.width
+        };
+        let step = nice_step(100.0 / px_per_ms);
+        let decimals = if step >= 1.0 {
+            0
+        } else {
+            (-step.log10()).ceil() as usize
+        };
+        s.push_str("<g class=\"axis\">\n");
+        let _ = writeln!(
+            s,
+            "<line x1=\"{PAD}\" y1=\"{AXIS_H}\" x2=\"{:.1}\" y2=\"{AXIS_H}\" stroke=\"#555\"/>",
+            PAD + self.width
+        );
+        let mut k = 0u64;
+        loop {
+            let t_ms = k as f64 * step;
+            if t_ms > span_ms.max(0.0) + 1e-9 {
+                break;
+            }
+            let x = PAD
+                + if span_ms > 0.0 {
+                    t_ms / span_ms * self.width
+                } else {
+                    0.0
+                };
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{h:.1}\" stroke=\"#e4e4e4\"/>\
+                 <line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{AXIS_H}\" stroke=\"#555\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{t_ms:.decimals$} ms</text>",
+                AXIS_H,
+                AXIS_H - 5.0,
+                x + 2.0,
+                AXIS_H - 8.0,
+            );
+            k += 1;
+            if span_ms <= 0.0 {
+                break;
+            }
+        }
+        s.push_str("</g>\n");
+    }
+
+    fn faults(&self, s: &mut String, h: f64) {
+        s.push_str("<g class=\"faults\">\n");
+        let mut global = 0usize;
+        for f in fault_spans(self.events) {
+            let x1 = self.x(f.start_ns);
+            let x2 = self.x(f.end_ns.unwrap_or(self.end)).max(x1 + 1.0);
+            let w = x2 - x1;
+            let until = match f.end_ns {
+                Some(end) => self.t(end),
+                None => "the end".to_string(),
+            };
+            let tip = esc(&format!(
+                "{} {} on {} from {} to {}",
+                f.fault,
+                f.id,
+                f.target,
+                self.t(f.start_ns),
+                until
+            ));
+            let in_viol =
+                self.viol.contains(&f.start) || f.end.is_some_and(|e| self.viol.contains(&e));
+            let stroke = if in_viol {
+                format!(" stroke=\"{RED}\" stroke-width=\"2\"")
+            } else {
+                String::new()
+            };
+            let ev = f.start;
+            let lane = self.lane_of.get(f.target.as_str()).copied();
+            match lane {
+                Some(k) => {
+                    let y = self.lane_top(k);
+                    let _ = writeln!(
+                        s,
+                        "<g class=\"fault client-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
+                         <rect x=\"{x1:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{CLIENT_FAULT}\" fill-opacity=\"0.35\"{stroke}/>\
+                         <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#7a5c00\">{}</text></g>",
+                        y + 1.0,
+                        LANE_H - 2.0,
+                        x1 + 2.0,
+                        y + 9.0,
+                        esc(&f.fault)
+                    );
+                }
+                _ => {
+                    let y0 = AXIS_H + 1.0;
+                    let label_y = AXIS_H + 11.0 + (global % 2) as f64 * 12.0;
+                    global += 1;
+                    let _ = writeln!(
+                        s,
+                        "<g class=\"fault global-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
+                         <rect x=\"{x1:.1}\" y=\"{y0:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{GLOBAL_FAULT}\" fill-opacity=\"0.13\"{stroke}/>\
+                         <text x=\"{:.1}\" y=\"{label_y:.1}\" fill=\"#5b3d8a\">{}</text></g>",
+                        h - y0,
+                        x1 + 2.0,
+                        esc(&f.fault)
+                    );
+                }
+            }
+            // A fault end that a violation names (the last one, for
+            // liveness) is marked on its own.
+            if let Some(e) = f.end.filter(|e| self.viol.contains(e)) {
+                let _ = writeln!(
+                    s,
+                    "<line class=\"viol\" data-ev=\"{e}\" x1=\"{x2:.1}\" y1=\"{AXIS_H}\" x2=\"{x2:.1}\" y2=\"{h:.1}\" \
+                     stroke=\"{RED}\" stroke-width=\"2\" stroke-dasharray=\"4 3\"><title>{tip}</title></line>"
+                );
+            }
+        }
+        s.push_str("</g>\n");
+    }
+
+    fn lanes_content(&self, s: &mut String) {
+        // Per lane, the SVG of its elements, in at_ns order.
+        let mut lanes: Vec<String> = vec![String::new(); self.lanes.len()];
+        let order = sorted_order(self.events);
+
+        // Acquire starts, paired with the grant that follows.
+        let mut pending: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut waits: BTreeMap<usize, usize> = BTreeMap::new(); // grant -> start
+        for &i in &order {
+            let e = &self.events[i];
+            match &e.kind {
+                EventKind::AcquireStart { resource } => {
+                    pending.insert((e.client.as_str(), resource.as_str()), i);
+                }
+                EventKind::Grant { resource, .. } => {
+                    if let Some(st) = pending.remove(&(e.client.as_str(), resource.as_str())) {
+                        waits.insert(i, st);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let waited: BTreeSet<usize> = waits.values().copied().collect();
+
+        for h in holds(self.events) {
+            let Some(&k) = self.lane_of.get(h.client.as_str()) else {
+                continue;
+            };
+            let out = &mut lanes[k];
+            let top = self.lane_top(k);
+            let mid = top + LANE_H / 2.0 - 4.0;
+            if let Some(&st) = waits.get(&h.grant) {
+                let (class, color) = self.paint(st, "#777777");
+                let _ = writeln!(
+                    out,
+                    "<line class=\"wait{class}\" x1=\"{:.1}\" y1=\"{mid:.1}\" x2=\"{:.1}\" y2=\"{mid:.1}\" stroke=\"{color}\" stroke-dasharray=\"2 2\"/>",
+                    self.x(self.events[st].at_ns),
+                    self.x(h.start_ns)
+                );
+            }
+            let x1 = self.x(h.start_ns);
+            let x2 = self.x(h.end_ns.unwrap_or(self.end)).max(x1 + 2.0);
+            let (class, color) = self.paint(h.grant, BLUE);
+            let opacity = if h.end.is_some() { "0.85" } else { "0.45" };
+            let ended = match (h.end_kind, h.end_ns) {
+                (Some(kind), Some(at)) => {
+                    let how = match kind {
+                        HoldEnd::Lost => "lost",
+                        HoldEnd::Release => "released",
+                        HoldEnd::Crash => "crashed",
+                    };
+                    format!("{how} at {}", self.t(at))
+                }
+                _ => "held to the end".to_string(),
+            };
+            let tip = esc(&format!(
+                "{} token {} of {}: granted at {}, {}",
+                h.client,
+                h.token,
+                h.resource,
+                self.t(h.start_ns),
+                ended
+            ));
+            // Bars too narrow for their label keep it in the tooltip only.
+            let label = if x2 - x1 < 10.0 {
+                String::new()
+            } else if self.several_resources {
+                format!("{}:{}", h.resource, h.token)
+            } else {
+                h.token.to_string()
+            };
+            let _ = writeln!(
+                out,
+                "<g class=\"hold{class}\" data-ev=\"{}\"><title>{tip}</title>\
+                 <rect x=\"{x1:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"14\" rx=\"2\" fill=\"{color}\" fill-opacity=\"{opacity}\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#fff\">{}</text></g>",
+                h.grant,
+                mid - 7.0,
+                x2 - x1,
+                x1 + 2.0,
+                mid + 3.5,
+                esc(&label)
+            );
+        }
+
+        for &i in &order {
+            let e = &self.events[i];
+            let Some(&k) = self.lane_of.get(e.client.as_str()) else {
+                continue;
+            };
+            let out = &mut lanes[k];
+            let top = self.lane_top(k);
+            let mid = top + LANE_H / 2.0 - 4.0;
+            let x = self.x(e.at_ns);
+            match &e.kind {
+                EventKind::AcquireStart { resource } => {
+                    let (class, color) = self.paint(i, "#777777");
+                    let tip = if waited.contains(&i) {
+                        format!("acquire of {resource} began at {}", self.t(e.at_ns))
+                    } else {
+                        format!(
+                            "acquire of {resource} began at {} (no grant followed)",
+                            self.t(e.at_ns)
+                        )
+                    };
+                    let _ = writeln!(
+                        out,
+                        "<circle class=\"acquire{class}\" data-ev=\"{i}\" cx=\"{x:.1}\" cy=\"{mid:.1}\" r=\"3\" fill=\"#fff\" stroke=\"{color}\"><title>{}</title></circle>",
+                        esc(&tip)
+                    );
+                }
+                EventKind::Lost {
+                    resource,
+                    token,
+                    reason,
+                } => {
+                    let (class, color) = self.paint(i, "#333333");
+                    let tip = esc(&format!(
+                        "lost token {token} of {resource} at {}: {reason}",
+                        self.t(e.at_ns)
+                    ));
+                    let _ = writeln!(
+                        out,
+                        "<path class=\"lost{class}\" data-ev=\"{i}\" d=\"M{x:.1} {:.1} l-4 -7 h8 z\" fill=\"{color}\"><title>{tip}</title></path>",
+                        mid - 7.0
+                    );
+                }
+                EventKind::Release { resource, token } => {
+                    let (class, color) = self.paint(i, "#333333");
+                    let tip = esc(&format!(
+                        "released token {token} of {resource} at {}",
+                        self.t(e.at_ns)
+                    ));
+                    let _ = writeln!(
+                        out,
+                        "<line class=\"release{class}\" data-ev=\"{i}\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"2\"><title>{tip}</title></line>",
+                        mid - 9.0,
+                        mid + 9.0
+                    );
+                }
+                EventKind::Crash {} => {
+                    let (class, color) = self.paint(i, "#000000");
+                    let tip = esc(&format!("{} crashed at {}", e.client, self.t(e.at_ns)));
+                    let _ = writeln!(
+                        out,
+                        "<path class=\"crash{class}\" data-ev=\"{i}\" d=\"M{:.1} {:.1} l12 12 m0 -12 l-12 12\" stroke=\"{color}\" stroke-width=\"3\"><title>{tip}</title></path>",
+                        x - 6.0,
+                        mid - 6.0
+                    );
+                }
+                EventKind::Write {
+                    resource,
+                    token,
+                    gate,
+                    start_ns,
+                    outcome,
+                    value,
+                } => {
+                    let y = top + LANE_H - 9.0;
+                    let word = match outcome {
+                        WriteOutcome::Accepted => "accepted",
+                        WriteOutcome::Refused => "refused",
+                        WriteOutcome::Unknown => "unknown",
+                    };
+                    let tip = esc(&format!(
+                        "write {value} to {gate}/{resource} with token {token}: sent {}, {word} at {}",
+                        self.t(*start_ns),
+                        self.t(e.at_ns)
+                    ));
+                    let base = match outcome {
+                        WriteOutcome::Accepted => GREEN,
+                        WriteOutcome::Refused => ORANGE,
+                        WriteOutcome::Unknown => GREY,
+                    };
+                    let (class, color) = self.paint(i, base);
+                    let width = if class.is_empty() { 1.5 } else { 2.5 };
+                    let xs = self.x(*start_ns).min(x);
+                    let _ = write!(
+                        out,
+                        "<g class=\"write {word}{class}\" data-ev=\"{i}\"><title>{tip}</title>\
+                         <line x1=\"{xs:.1}\" y1=\"{y:.1}\" x2=\"{x:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-opacity=\"0.5\"/>"
+                    );
+                    match outcome {
+                        WriteOutcome::Refused => {
+                            let _ = write!(
+                                out,
+                                "<path d=\"M{:.1} {:.1} l6 6 m0 -6 l-6 6\" stroke=\"{color}\" stroke-width=\"{width}\"/>",
+                                x - 3.0,
+                                y - 3.0
+                            );
+                        }
+                        _ => {
+                            let _ = write!(
+                                out,
+                                "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"{width}\"/>",
+                                y - 5.0,
+                                y + 4.0
+                            );
+                        }
+                    }
+                    out.push_str("</g>\n");
+                }
+                EventKind::Grant { .. }
+                | EventKind::FaultStart { .. }
+                | EventKind::FaultEnd { .. } => {}
+            }
+        }
+
+        for (k, body) in lanes.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "<g class=\"lane\" data-client=\"{}\">\n{body}</g>",
+                esc(self.lanes[k])
+            );
+        }
+    }
+}
+
+/// The smallest 1, 2 or 5 times a power of ten that is at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if !(raw.is_finite() && raw > 0.0) {
+        return 1.0;
+    }
+    let pow = 10f64.powf(raw.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * pow >= raw * (1.0 - 1e-9) {
+            return m * pow;
+        }
+    }
+    10.0 * pow
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::checker::check;
+    use super::super::history::NEMESIS;
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn ev(at_ms: u64, client: &str, kind: EventKind) -> Event {
+        Event::new(at_ms * MS, client, kind)
+    }
+
+    fn grant(at: u64, c: &str, token: u64) -> Event {
+        ev(
+            at,
+            c,
+            EventKind::Grant {
+                resource: "r".into(),
+                token,
+            },
+        )
+    }
+
+    fn write(sent: u64, at: u64, c: &str, token: u64, outcome: WriteOutcome) -> Event {
+        ev(
+            at,
+            c,
+            EventKind::Write {
+                resource: "r".into(),
+                token,
+                gate: "g".into(),
+                start_ns: sent * MS,
+                outcome,
+                value: at,
+            },
+        )
+    }
+
+    /// c1 holds 1 past c2's grant of 2 (a violation), c3 crashes under a
+    /// pause, a partition spans all lanes.
+    fn small() -> Vec<Event> {
+        vec![
+            ev(
+                0,
+                "c1",
+                EventKind::AcquireStart {
+                    resource: "r".into(),
+                },
+            ),
+            grant(1, "c1", 1),
+            write(2, 3, "c1", 1, WriteOutcome::Accepted),
+            ev(
+                3,
+                NEMESIS,
+                EventKind::FaultStart {
+                    fault: "partition-leader".into(),
+                    target: "n1".into(),
+                    id: 1,
+                },
+            ),
+            ev(
+                4,
+                "c2",
+                EventKind::AcquireStart {
+                    resource: "r".into(),
+                },
+            ),
+            grant(10, "c2", 2),
+            write(11, 12, "c2", 2, WriteOutcome::Accepted),
+            ev(
+                13,
+                "c1",
+                EventKind::Lost {
+                    resource: "r".into(),
+                    token: 1,
+                    reason: "<expired> & \"gone\"".into(),
+                },
+            ),
+            write(14, 15, "c1", 1, WriteOutcome::Refused),
+            write(14, 16, "c2", 2, WriteOutcome::Unknown),
+            ev(16, NEMESIS, EventKind::FaultEnd { id: 1 }),
+            ev(
+                17,
+                NEMESIS,
+                EventKind::FaultStart {
+                    fault: "pause-client".into(),
+                    target: "c3".into(),
+                    id: 2,
+                },
+            ),
+            ev(18, "c3", EventKind::Crash {}),
+            ev(19, NEMESIS, EventKind::FaultEnd { id: 2 }),
+            ev(
+                20,
+                "c2",
+                EventKind::Release {
+                    resource: "r".into(),
+                    token: 2,
+                },
+            ),
+        ]
+    }
+
+    /// The opening tag of the element carrying `data-ev="i"`.
+    fn tag_of(html: &str, i: usize) -> &str {
+        let at = html
+            .find(&format!("data-ev=\"{i}\""))
+            .unwrap_or_else(|| panic!("event {i} is drawn"));
+        let start = html[..at].rfind('<').unwrap();
+        let end = at + html[at..].find('>').unwrap();
+        &html[start..=end]
+    }
+
+    #[test]
+    fn small_history_renders() {
+        let events = small();
+        let report = check(&events);
+        assert!(!report.passed(), "the overlap is a violation");
+        let html = render_html(&events, &report, "run <1> & more");
+
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("<title>run &lt;1&gt; &amp; more</title>"));
+        // One lane per client; the nemesis has none.
+        assert_eq!(html.matches("class=\"lane\"").count(), 3, "{html}");
+        for c in ["c1", "c2", "c3"] {
+            assert!(html.contains(&format!("data-client=\"{c}\"")), "{c}");
+        }
+        assert!(!html.contains("data-client=\"nemesis\""));
+
+        // Every <svg has its </svg>, and tags of groups balance.
+        assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
+        assert!(html.matches("<svg").count() >= 2);
+        assert_eq!(
+            html.matches("<g ").count() + html.matches("<g>").count(),
+            html.matches("</g>").count()
+        );
+
+        // The violation (c1's grant 1, c2's grant 2, c1's late Lost) is red.
+        let v = &report
+            .property("loss-before-next-grant")
+            .unwrap()
+            .violations;
+        assert_eq!(v[0].events, vec![1, 5, 7]);
+        for &i in &v[0].events {
+            assert!(tag_of(&html, i).contains("viol"), "{}", tag_of(&html, i));
+        }
+        assert!(html.contains(&format!("fill=\"{RED}\" fill-opacity")));
+        // Events outside violations are not.
+        assert!(!tag_of(&html, 2).contains("viol"));
+        assert!(tag_of(&html, 2).contains("accepted"));
+        assert!(tag_of(&html, 8).contains("refused"));
+        assert!(tag_of(&html, 9).contains("unknown"));
+        assert!(tag_of(&html, 12).contains("crash"));
+        // Faults: the partition across all lanes, the pause on c3's lane.
+        assert!(tag_of(&html, 3).contains("global-fault"));
+        assert!(tag_of(&html, 11).contains("client-fault"));
+        assert!(html.contains(">partition-leader</text>"));
+
+        // The list below names the violation, escaped.
+        assert!(html.contains(
+            "<li class=\"violation\"><span class=\"prop\">loss-before-next-grant</span>"
+        ));
+        assert!(html.contains("lost (&lt;expired&gt; &amp; &quot;gone&quot;)"));
+        assert!(!html.contains("<expired>"));
+        // Self-contained.
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("http:") && !html.contains("https:"));
+        // An axis with ms ticks.
+        assert!(html.contains(">0 ms</text>"));
+        assert!(html.contains(">10 ms</text>"));
+    }
+
+    #[test]
+    fn clean_history_has_no_red() {
+        let mut events = small();
+        events[7].at_ns = 9 * MS; // c1 notices before c2's grant
+        let report = check(&events);
+        assert!(report.passed(), "{report}");
+        let html = render_html(&events, &report, "clean");
+        assert!(!html.contains("viol\""), "no element is marked");
+        assert!(!html.contains(&format!("\"{RED}\"")), "nothing is red");
+        assert!(html.contains("Violations (0)"));
+    }
+
+    #[test]
+    fn large_history_stays_bounded() {
+        // 2000 events over 10 minutes: width capped, output linear.
+        let mut events = Vec::new();
+        for k in 0..1000u64 {
+            let at = k * 600 * MS;
+            events.push(grant(at / MS, &format!("c{}", k % 5), k + 1));
+            events.push(write(
+                at / MS,
+                at / MS + 1,
+                &format!("c{}", k % 5),
+                k + 1,
+                WriteOutcome::Accepted,
+            ));
+        }
+        let report = check(&events);
+        let html = render_html(&events, &report, "big");
+        let width: f64 = {
+            let at =
+                html.find("class=\"plot\" width=\"").unwrap() + "class=\"plot\" width=\"".len();
+            html[at..at + html[at..].find('"').unwrap()]
+                .parse()
+                .unwrap()
+        };
+        assert!(width <= MAX_W + PAD + PAD_RIGHT, "{width}");
+        assert!(html.len() < 2_000_000, "{}", html.len());
+        assert_eq!(html.matches("class=\"lane\"").count(), 5);
+        // Ticks are spaced at least ~100 px apart.
+        let ticks = html.matches(" ms</text>").count();
+        assert!(ticks <= (MAX_W / 100.0) as usize + 2, "{ticks}");
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(0.7), 1.0);
+        assert_eq!(nice_step(1.0), 1.0);
+        assert_eq!(nice_step(1.5), 2.0);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(37.5), 50.0);
+        assert_eq!(nice_step(600.0), 1000.0);
+        assert!((nice_step(0.03) - 0.05).abs() < 1e-12);
+    }
+}
