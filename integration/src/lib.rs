@@ -9,6 +9,7 @@ pub mod etcd_fixture;
 pub mod frozen;
 pub mod kube_cluster;
 pub mod kube_fixture;
+pub mod netns;
 pub mod pg_server;
 pub mod proxy;
 pub mod scenarios;

@@ -172,7 +172,11 @@ impl LeaderElector {
 fn is_transient(e: &Error) -> bool {
     matches!(
         e,
-        Error::Timeout { .. } | Error::Backend { .. } | Error::Io { .. } | Error::Lost { .. }
+        Error::Timeout { .. }
+            | Error::Unreachable { .. }
+            | Error::Backend { .. }
+            | Error::Io { .. }
+            | Error::Lost { .. }
     )
 }
 

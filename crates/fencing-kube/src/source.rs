@@ -189,7 +189,9 @@ impl KubeLeaseSource {
                 Ok(None) => read_before = true,
                 // Like client-go, a waiting candidate rides out an apiserver
                 // that is restarting; the caller's timeout bounds the wait.
-                Err(e @ (Error::Timeout { .. } | Error::Backend { .. })) if wait => {
+                Err(
+                    e @ (Error::Timeout { .. } | Error::Backend { .. } | Error::Unreachable { .. }),
+                ) if wait => {
                     tracing::warn!(lease = name, error = %e, "kube acquire attempt failed; retrying");
                 }
                 Err(e) => return Err(e),

@@ -1,8 +1,15 @@
-//! The fault campaign: histories recorded while real clusters run under
-//! network partitions, process pauses and kills ([`history`]), the checker
-//! that judges them ([`checker`]) and a self-contained HTML time line of a
-//! run ([`timeline`]). Pure logic: running the clusters is elsewhere.
+//! The fault campaign: a cluster whose members live in network namespaces
+//! ([`members`], [`crate::netns`]), client processes that lock and write
+//! through gates ([`client`]), a seeded nemesis that partitions, pauses and
+//! kills ([`nemesis`]), the controller that records one history
+//! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
+//! self-contained HTML time line of the run ([`timeline`]).
 
 pub mod checker;
+pub mod client;
 pub mod history;
+pub mod members;
+pub mod nemesis;
+pub mod rng;
+pub mod run;
 pub mod timeline;

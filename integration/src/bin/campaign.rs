@@ -1,0 +1,276 @@
+//! `campaign`: a seeded fault campaign against a real cluster whose members
+//! and clients live in network namespaces; the recorded history is checked
+//! for the fencing safety properties and drawn as an HTML time line.
+//!
+//! ```text
+//! campaign run --backend zk --seconds 60 [--seed N] [--out DIR]
+//! ```
+//! Exit status: 0 when every property held, 1 on a violation (the seed and
+//! the offending events are printed), 2 when the campaign could not run.
+//! Needs root (namespaces, iptables) and the cluster binaries that
+//! scripts/test.sh installs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fencing::{FencingSource, ResourceName};
+use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
+use fencing_integration::campaign::members::Kind;
+use fencing_integration::campaign::run::{self, Config, RESOURCE};
+use fencing_integration::etcd_cluster::EtcdVersion;
+use fencing_integration::zk_ensemble::ZkVersion;
+
+/// Where the cluster gates keep their marks.
+const GATE_PATH: &str = "/campaign-gates";
+
+#[derive(Parser)]
+#[command(about = "Fault campaign: real partitions, pauses and kills; the history checked")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, Debug)]
+enum Backend {
+    /// ZooKeeper 3.9
+    Zk,
+    /// ZooKeeper 3.8
+    Zk38,
+    /// etcd 3.6
+    Etcd,
+    /// etcd 3.4
+    Etcd34,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one campaign
+    Run {
+        #[arg(long, value_enum)]
+        backend: Backend,
+        /// How long faults are injected
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Replays a schedule; a random one is picked and printed otherwise
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Where the history, the time line and the logs go
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// One client (started by `run` inside its namespace)
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        gate: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        seed: u64,
+    },
+    /// Prints the holder of the campaign's lock, or `none` as soon as there
+    /// is none (waiting at most --within-ms)
+    #[command(hide = true)]
+    Inspect {
+        #[arg(long)]
+        source: String,
+        #[arg(long, default_value_t = 0)]
+        within_ms: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Run {
+                backend,
+                seconds,
+                seed,
+                clients,
+                out,
+            } => campaign(backend, seconds, seed, clients, out).await,
+            Command::Client {
+                name,
+                source,
+                gate,
+                ttl_ms,
+                seed,
+            } => client_main(name, source, gate, ttl_ms, seed).await,
+            Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+async fn campaign(
+    backend: Backend,
+    seconds: u64,
+    seed: Option<u64>,
+    clients: usize,
+    out: Option<PathBuf>,
+) -> ExitCode {
+    let seed = seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        t.map(|d| d.as_nanos() as u64).unwrap_or(1) ^ u64::from(std::process::id())
+    });
+    println!("campaign seed {seed} ({backend:?}, {seconds} s; replay with --seed {seed})");
+    let (kind, ttl) = match backend {
+        Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
+        Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
+        Backend::Etcd => (Kind::Etcd(EtcdVersion::V3_6), Duration::from_secs(2)),
+        Backend::Etcd34 => (Kind::Etcd(EtcdVersion::V3_4), Duration::from_secs(2)),
+    };
+    let out = out.unwrap_or_else(|| std::env::temp_dir().join(format!("campaign-{seed}")));
+    let cfg = Config {
+        kind,
+        duration: Duration::from_secs(seconds),
+        seed,
+        clients,
+        out,
+        ttl,
+    };
+    let outcome = tokio::select! {
+        r = run::run(cfg) => r,
+        _ = tokio::signal::ctrl_c() => Err("interrupted (everything started was removed)".into()),
+    };
+    match outcome {
+        Ok(outcome) => {
+            println!("{}", outcome.report);
+            if let Some(holder) = &outcome.leftover_holder {
+                println!(
+                    "hygiene: FAIL, the lock is still held after every client stopped: {holder}"
+                );
+            } else {
+                println!("hygiene: pass (no holder left)");
+            }
+            println!("history: {}", outcome.history.display());
+            println!("timeline: {}", outcome.timeline.display());
+            if outcome.passed() {
+                ExitCode::SUCCESS
+            } else {
+                println!("VIOLATION with seed {seed}");
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("campaign: {e} (seed {seed})");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn open(source: &str) -> Result<(Arc<dyn FencingSource>, Option<GateMaker>), String> {
+    let err = |e: fencing::Error| e.to_string();
+    if source.starts_with("zk://") {
+        let s = Arc::new(
+            fencing_zookeeper::ZkSource::from_url(source)
+                .await
+                .map_err(err)?,
+        );
+        let maker = s.clone();
+        let make: GateMaker = Arc::new(move || {
+            let s = maker.clone();
+            Box::pin(async move {
+                let gate = s.gate(GATE_PATH).await.ok()?;
+                Some(Arc::new(gate) as ClusterGate)
+            })
+        });
+        Ok((s, Some(make)))
+    } else if source.starts_with("etcd://") {
+        let s = Arc::new(
+            fencing_etcd::EtcdSource::from_url(source)
+                .await
+                .map_err(err)?,
+        );
+        let gate: ClusterGate = Arc::new(s.gate(GATE_PATH).map_err(err)?);
+        let make: GateMaker = Arc::new(move || {
+            let gate = gate.clone();
+            Box::pin(async move { Some(gate) })
+        });
+        Ok((s, Some(make)))
+    } else {
+        Ok((fencing::connect(source).await.map_err(err)?, None))
+    }
+}
+
+async fn client_main(
+    name: String,
+    source: String,
+    gate: String,
+    ttl_ms: u64,
+    seed: u64,
+) -> ExitCode {
+    // A client that cannot connect yet (its member down) keeps trying: the
+    // campaign decides when it stops.
+    let (source, cluster_gate) = loop {
+        match open(&source).await {
+            Ok(pair) => break pair,
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let plan = ClientPlan {
+        resource: ResourceName::new(RESOURCE).expect("portable name"),
+        ttl: Duration::from_millis(ttl_ms),
+        acquire_wait: Duration::from_secs(5),
+        hold: (Duration::from_millis(10), Duration::from_millis(150)),
+        long_hold_percent: 10,
+        long_hold: (Duration::from_millis(1000), Duration::from_millis(4000)),
+        write_every: Duration::from_millis(25),
+        seed,
+    };
+    let gate = cluster_gate.map(|g| (gate, g));
+    client::run(source, gate, plan).await;
+    ExitCode::SUCCESS
+}
+
+async fn inspect(source: String, within_ms: u64) -> ExitCode {
+    let source = match tokio::time::timeout(Duration::from_secs(15), open(&source)).await {
+        Ok(Ok((source, _))) => source,
+        Ok(Err(e)) => {
+            eprintln!("inspect: {e}");
+            return ExitCode::from(2);
+        }
+        Err(_) => {
+            eprintln!("inspect: opening the source took over 15 s");
+            return ExitCode::from(2);
+        }
+    };
+    let resource = ResourceName::new(RESOURCE).expect("portable name");
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), source.holder(&resource)).await {
+            Ok(Ok(None)) => {
+                println!("none");
+                return ExitCode::SUCCESS;
+            }
+            Ok(Ok(Some(holder))) if tokio::time::Instant::now() >= deadline => {
+                println!("{holder:?}");
+                return ExitCode::SUCCESS;
+            }
+            Ok(Ok(Some(_))) => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => {
+                eprintln!("inspect: {other:?}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Cluster members inside network namespaces: a ZooKeeper ensemble or an
+//! etcd cluster, each member a process of its own that the nemesis kills,
+//! restarts, pauses and resumes, and whose links it cuts.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rustix::process::Signal;
+
+use crate::netns::Host;
+use crate::zk_ensemble::ZkVersion;
+use crate::Reaped;
+
+/// Members do not fsync (`forceSync=no`): the campaign kills processes,
+/// which never loses the page cache, and an fsync per write on these shared
+/// disks would cut the grants per minute several times.
+///
+/// ZooKeeper's tick here: a follower cut off from its leader notices after
+/// `SYNC_LIMIT` ticks (2 s), longer than the clients' 1 s sessions, which
+/// is exactly the window in which a cut-off follower still answers.
+const TICK_MS: u64 = 200;
+const SYNC_LIMIT: u64 = 10;
+
+/// One member process and how to start it again.
+pub struct Member {
+    pub host: Host,
+    command: Box<dyn Fn() -> Command + Send + Sync>,
+    log: PathBuf,
+    process: Option<Reaped>,
+    paused: bool,
+}
+
+impl Member {
+    fn start(&mut self) -> std::io::Result<()> {
+        let mut cmd = (self.command)();
+        // A member must not outlive the campaign, even one killed outright.
+        // SAFETY: one async-signal-safe prctl call.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
+        self.process = Some(Reaped::spawn_logged(&mut cmd, &self.log)?);
+        self.paused = false;
+        Ok(())
+    }
+
+    pub fn kill(&mut self) {
+        // Dropping kills and reaps.
+        self.process = None;
+        self.paused = false;
+    }
+
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.start()
+    }
+
+    pub fn pause(&mut self) {
+        if let Some(p) = &self.process {
+            p.signal(Signal::STOP);
+            self.paused = true;
+        }
+    }
+
+    pub fn resume(&mut self) {
+        if let Some(p) = &self.process {
+            p.signal(Signal::CONT);
+        }
+        self.paused = false;
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// The last lines of the member's log, for failure reports.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+/// Which cluster runs in the namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Zk(ZkVersion),
+    Etcd(crate::etcd_cluster::EtcdVersion),
+}
+
+/// The members of one cluster.
+pub struct Cluster {
+    pub kind: Kind,
+    pub members: Vec<Member>,
+}
+
+impl Cluster {
+    /// Writes the members' configuration under `dir` and starts them.
+    pub fn start(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Cluster, String> {
+        let mut members = Vec::new();
+        for (i, host) in hosts.iter().enumerate() {
+            let member_dir = dir.join(format!("m{}", i + 1));
+            std::fs::create_dir_all(&member_dir).map_err(|e| e.to_string())?;
+            let command = match kind {
+                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir)?,
+                Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir)?,
+            };
+            members.push(Member {
+                host: host.clone(),
+                command,
+                log: member_dir.join("member.log"),
+                process: None,
+                paused: false,
+            });
+        }
+        for m in &mut members {
+            m.start()
+                .map_err(|e| format!("starting member in {}: {e}", m.host.ns))?;
+        }
+        Ok(Cluster { kind, members })
+    }
+
+    /// Client port of every member.
+    pub fn port(&self) -> u16 {
+        match self.kind {
+            Kind::Zk(_) => 2181,
+            Kind::Etcd(_) => 2379,
+        }
+    }
+
+    /// `ip:port` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("{}:{}", self.members[i].host.ip, self.port())
+    }
+
+    /// The URL of a source that talks only to the members in `which`.
+    pub fn url(&self, which: &[usize], session: Duration) -> String {
+        let hosts: Vec<String> = which.iter().map(|&i| self.endpoint(i)).collect();
+        let hosts = hosts.join(",");
+        let secs = session.as_secs_f64();
+        match self.kind {
+            Kind::Zk(_) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
+            Kind::Etcd(_) => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),
+        }
+    }
+
+    /// Asks member `i`, from inside its own namespace (which no partition
+    /// cuts it off from), whether it leads.
+    pub fn is_leader(&self, i: usize) -> bool {
+        let via = &self.members[i].host;
+        let ip = via.ip;
+        let probe = match self.kind {
+            // A four-letter word over bash's /dev/tcp: no extra tools.
+            Kind::Zk(_) => format!(
+                "exec 3<>/dev/tcp/{ip}/2181 && printf srvr >&3 && timeout 2 cat <&3"
+            ),
+            Kind::Etcd(_) => format!(
+                "exec 3<>/dev/tcp/{ip}/2379 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 2 cat <&3"
+            ),
+        };
+        let Ok(out) = via
+            .command("timeout")
+            .args(["3", "bash", "-c", &probe])
+            .output()
+        else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        match self.kind {
+            Kind::Zk(_) => text.contains("Mode: leader") || text.contains("Mode: standalone"),
+            Kind::Etcd(_) => text.lines().any(|l| l.trim() == "etcd_server_is_leader 1"),
+        }
+    }
+
+    /// The member that says it leads now (a paused one answers nothing).
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&i| {
+            let m = &self.members[i];
+            m.is_running() && !m.paused && self.is_leader(i)
+        })
+    }
+
+    /// Ends every pause (faults must not outlive the run).
+    pub fn resume_all(&mut self) {
+        for m in &mut self.members {
+            if m.paused {
+                m.resume();
+            }
+        }
+    }
+
+    /// Starts members that a fault left dead.
+    pub fn restart_dead(&mut self) -> std::io::Result<()> {
+        for m in &mut self.members {
+            if !m.is_running() {
+                m.restart()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type MemberCommand = Box<dyn Fn() -> Command + Send + Sync>;
+
+fn zk_member(
+    version: ZkVersion,
+    hosts: &[Host],
+    i: usize,
+    dir: &Path,
+) -> Result<MemberCommand, String> {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    std::fs::write(data.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
+    let mut cfg = format!(
+        "tickTime={TICK_MS}\ninitLimit=50\nsyncLimit={SYNC_LIMIT}\ndataDir={}\n\
+         clientPort=2181\nclientPortAddress={}\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=*\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
+         forceSync=no\n",
+        data.display(),
+        hosts[i].ip,
+    );
+    for (j, h) in hosts.iter().enumerate() {
+        cfg.push_str(&format!("server.{}={}:2888:3888\n", j + 1, h.ip));
+    }
+    let config = dir.join("zoo.cfg");
+    std::fs::write(&config, cfg).map_err(|e| e.to_string())?;
+    let classpath = version.classpath().map_err(|e| e.to_string())?;
+    let java = std::env::var_os("JAVA_HOME")
+        .map(|home| PathBuf::from(home).join("bin/java"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("java"));
+    let host = hosts[i].clone();
+    let dir = dir.to_owned();
+    Ok(Box::new(move || {
+        let mut cmd = host.command(&java);
+        for var in [
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "CLASSPATH",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.current_dir(&dir)
+            .args(["-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .args([
+                "-Djava.net.preferIPv4Stack=true",
+                "-Dzookeeper.cnxTimeout=1000",
+            ])
+            .arg("-cp")
+            .arg(&classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&config);
+        cmd
+    }))
+}
+
+fn etcd_member(
+    version: crate::etcd_cluster::EtcdVersion,
+    hosts: &[Host],
+    i: usize,
+    dir: &Path,
+) -> Result<MemberCommand, String> {
+    let binary = version.binary().map_err(|e| e.to_string())?;
+    let cluster: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .map(|(j, h)| format!("m{}=http://{}:2380", j + 1, h.ip))
+        .collect();
+    let cluster = cluster.join(",");
+    let host = hosts[i].clone();
+    let data = dir.join("data");
+    Ok(Box::new(move || {
+        let ip = host.ip;
+        let mut cmd = host.command(&binary);
+        cmd.arg(format!("--name=m{}", i + 1))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-peer-urls=http://{ip}:2380"))
+            .arg(format!("--initial-advertise-peer-urls=http://{ip}:2380"))
+            .arg(format!("--listen-client-urls=http://{ip}:2379"))
+            .arg(format!("--advertise-client-urls=http://{ip}:2379"))
+            .arg(format!("--initial-cluster={cluster}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=campaign")
+            .args(["--heartbeat-interval=100", "--election-timeout=1000"]);
+        cmd
+    }))
+}

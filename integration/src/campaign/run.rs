@@ -1,0 +1,533 @@
+//! The controller of one campaign: a cluster in network namespaces, client
+//! processes in namespaces of their own, a seeded nemesis, and the recorded
+//! history checked and drawn at the end.
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fencing::{FencingToken, Gate, MemoryGate, ResourceName};
+use rustix::process::{kill_process, Pid, Signal};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+
+use super::checker::{self, Report};
+use super::client::{ClientLine, Reply};
+use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
+use super::members::{Cluster, Kind};
+use super::nemesis::Nemesis;
+use super::rng::Rng;
+use super::timeline;
+use crate::netns::{Host, Network};
+
+/// The resource every client contends for.
+pub const RESOURCE: &str = "campaign-lock";
+/// Namespaces of a campaign start with this (leftovers are removed).
+const NS_PREFIX: &str = "fcamp-";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub kind: Kind,
+    pub duration: Duration,
+    pub seed: u64,
+    pub clients: usize,
+    pub out: PathBuf,
+    /// The clients' session or lease length.
+    pub ttl: Duration,
+}
+
+/// What a run found.
+pub struct Outcome {
+    pub report: Report,
+    /// Locks still held at the coordinator after every client stopped.
+    pub leftover_holder: Option<String>,
+    pub history: PathBuf,
+    pub timeline: PathBuf,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.report.passed() && self.leftover_holder.is_none()
+    }
+}
+
+/// Every event of the run, stamped on one clock, also streamed to a file
+/// so a killed run still leaves its history.
+pub struct Recorder {
+    origin: Instant,
+    events: Mutex<Vec<Event>>,
+    file: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Recorder {
+    fn create(path: &std::path::Path) -> std::io::Result<Recorder> {
+        Ok(Recorder {
+            origin: Instant::now(),
+            events: Mutex::new(Vec::new()),
+            file: Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        })
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    pub fn record_at(&self, at_ns: u64, client: &str, kind: EventKind) {
+        let event = Event::new(at_ns, client, kind);
+        let _ = history::write_line(&mut *self.file.lock().unwrap(), &event);
+        self.events.lock().unwrap().push(event);
+    }
+
+    pub fn record(&self, client: &str, kind: EventKind) -> u64 {
+        let at = self.now_ns();
+        self.record_at(at, client, kind);
+        at
+    }
+
+    fn events(&self) -> Vec<Event> {
+        use std::io::Write;
+        let _ = self.file.lock().unwrap().flush();
+        self.events.lock().unwrap().clone()
+    }
+
+    /// The member the latest grant's client is pinned to (client `i` of the
+    /// first `members` talks to member `i` only), if it is pinned.
+    pub fn holder_member(&self, members: usize) -> Option<usize> {
+        let events = self.events.lock().unwrap();
+        let last = events
+            .iter()
+            .rev()
+            .find(|e| matches!(e.kind, EventKind::Grant { .. }))?;
+        let index: usize = last.client.strip_prefix('c')?.parse().ok()?;
+        (index >= 1 && index <= members).then(|| index - 1)
+    }
+
+    /// Whether any client was granted the lock after `since_ns`.
+    pub fn granted_since(&self, since_ns: u64) -> bool {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.at_ns > since_ns && matches!(e.kind, EventKind::Grant { .. }))
+    }
+}
+
+/// One client process and where it runs.
+pub struct ClientProc {
+    pub name: String,
+    pub host: Option<Host>,
+    child: Option<Child>,
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    generation: u64,
+}
+
+impl ClientProc {
+    pub fn pid(&self) -> Option<Pid> {
+        self.child
+            .as_ref()?
+            .id()
+            .and_then(|p| Pid::from_raw(p as i32))
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid() {
+            let _ = kill_process(pid, signal);
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL and reap.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        }
+        *self.stdin.lock().await = None;
+    }
+}
+
+/// Everything the nemesis acts on.
+pub struct World {
+    pub network: Option<Network>,
+    pub cluster: Option<Cluster>,
+    pub clients: Vec<ClientProc>,
+    pub recorder: Arc<Recorder>,
+    spawner: Spawner,
+}
+
+/// Starts client processes (again, after a kill).
+struct Spawner {
+    exe: PathBuf,
+    urls: Vec<String>,
+    gate: &'static str,
+    ttl: Duration,
+    seed: u64,
+    log_dir: PathBuf,
+    memory: Arc<MemoryGate>,
+}
+
+impl World {
+    /// Starts client `i` (a new process with a new seed after a kill).
+    pub async fn start_client(&mut self, i: usize) -> Result<(), String> {
+        let proc = &mut self.clients[i];
+        proc.generation += 1;
+        let s = &self.spawner;
+        let seed = s.seed ^ ((i as u64 + 1) << 32) ^ proc.generation;
+        let mut cmd = match &proc.host {
+            Some(host) => host.command(&s.exe),
+            None => std::process::Command::new(&s.exe),
+        };
+        cmd.arg("client")
+            .args([
+                "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
+            ])
+            .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
+            .args(["--seed", &seed.to_string()]);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(s.log_dir.join(format!("{}.log", proc.name)))
+            .map_err(|e| e.to_string())?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        // SAFETY: one async-signal-safe prctl call.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut child = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting client {}: {e}", proc.name))?;
+        let stdout = child.stdout.take().expect("piped");
+        *proc.stdin.lock().await = child.stdin.take();
+        proc.child = Some(child);
+        tokio::spawn(relay(
+            proc.name.clone(),
+            stdout,
+            proc.stdin.clone(),
+            self.recorder.clone(),
+            s.memory.clone(),
+        ));
+        Ok(())
+    }
+}
+
+/// Turns one client's lines into events; answers its memory-gate writes.
+async fn relay(
+    name: String,
+    stdout: tokio::process::ChildStdout,
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    recorder: Arc<Recorder>,
+    memory: Arc<MemoryGate>,
+) {
+    let mut lines = BufReader::new(stdout).lines();
+    let mut started: HashMap<u64, (u64, ClientLine)> = HashMap::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let at = recorder.now_ns();
+        let Ok(parsed) = serde_json::from_str::<ClientLine>(&line) else {
+            continue;
+        };
+        let kind = match parsed {
+            ClientLine::AcquireStart { resource } => EventKind::AcquireStart { resource },
+            ClientLine::Grant { resource, token } => EventKind::Grant { resource, token },
+            ClientLine::Lost {
+                resource,
+                token,
+                reason,
+            } => EventKind::Lost {
+                resource,
+                token,
+                reason,
+            },
+            ClientLine::Release { resource, token } => EventKind::Release { resource, token },
+            start @ ClientLine::WriteStart { id, .. } => {
+                started.insert(id, (at, start));
+                continue;
+            }
+            ClientLine::WriteEnd { id, outcome } => {
+                let Some((
+                    start_ns,
+                    ClientLine::WriteStart {
+                        gate,
+                        resource,
+                        token,
+                        value,
+                        ..
+                    },
+                )) = started.remove(&id)
+                else {
+                    continue;
+                };
+                let outcome = match outcome.as_str() {
+                    "accepted" => WriteOutcome::Accepted,
+                    "refused" => WriteOutcome::Refused,
+                    _ => WriteOutcome::Unknown,
+                };
+                EventKind::Write {
+                    resource,
+                    token,
+                    gate,
+                    start_ns,
+                    outcome,
+                    value,
+                }
+            }
+            ClientLine::MemWrite {
+                id,
+                resource,
+                token,
+                value,
+            } => {
+                let accepted = match ResourceName::new(resource.as_str()) {
+                    Ok(r) => memory.admit(&r, FencingToken::new(token)).await.is_ok(),
+                    Err(_) => false,
+                };
+                let outcome = if accepted {
+                    WriteOutcome::Accepted
+                } else {
+                    WriteOutcome::Refused
+                };
+                recorder.record(
+                    &name,
+                    EventKind::Write {
+                        resource,
+                        token,
+                        gate: "memory".into(),
+                        start_ns: at,
+                        outcome,
+                        value,
+                    },
+                );
+                let mut reply = serde_json::to_string(&Reply { id, accepted }).unwrap();
+                reply.push('\n');
+                if let Some(stdin) = stdin.lock().await.as_mut() {
+                    let _ = stdin.write_all(reply.as_bytes()).await;
+                }
+                continue;
+            }
+        };
+        recorder.record_at(at, &name, kind);
+    }
+}
+
+/// Runs a whole campaign and checks it.
+pub async fn run(cfg: Config) -> Result<Outcome, String> {
+    std::fs::create_dir_all(&cfg.out).map_err(|e| e.to_string())?;
+    let history_path = cfg.out.join("history.jsonl");
+    let recorder = Arc::new(Recorder::create(&history_path).map_err(|e| e.to_string())?);
+    let mut world = setup(&cfg, recorder.clone()).await?;
+    let result = campaign(&cfg, &mut world).await;
+    let leftover = finish(&mut world).await;
+    result?;
+    let events = recorder.events();
+    let report = checker::check(&events);
+    let timeline_path = cfg.out.join("timeline.html");
+    let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
+    std::fs::write(
+        &timeline_path,
+        timeline::render_html(&events, &report, &title),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Outcome {
+        report,
+        leftover_holder: leftover,
+        history: history_path,
+        timeline: timeline_path,
+    })
+}
+
+async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
+    let members = 3;
+    let mut network = Network::create(NS_PREFIX, 213).map_err(|e| e.to_string())?;
+    let mut member_hosts = Vec::new();
+    for i in 1..=members {
+        member_hosts.push(
+            network
+                .add_host(&format!("m{i}"))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let mut client_hosts = Vec::new();
+    for i in 1..=cfg.clients {
+        client_hosts.push(
+            network
+                .add_host(&format!("c{i}"))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let cluster = Cluster::start(cfg.kind, &member_hosts, &cfg.out)?;
+    // Client i talks to member i only (so a cut-off member's clients still
+    // reach it, as in the partitions that break leases); the rest to all.
+    let all: Vec<usize> = (0..members).collect();
+    let urls = (0..cfg.clients)
+        .map(|i| {
+            if i < members {
+                cluster.url(&[i], cfg.ttl)
+            } else {
+                cluster.url(&all, cfg.ttl)
+            }
+        })
+        .collect();
+    let gate = match cfg.kind {
+        Kind::Zk(_) => "zk",
+        Kind::Etcd(_) => "etcd",
+    };
+    let clients = client_hosts
+        .into_iter()
+        .enumerate()
+        .map(|(i, host)| ClientProc {
+            name: format!("c{}", i + 1),
+            host: Some(host),
+            child: None,
+            stdin: Arc::new(tokio::sync::Mutex::new(None)),
+            generation: 0,
+        })
+        .collect();
+    let mut world = World {
+        network: Some(network),
+        cluster: Some(cluster),
+        clients,
+        recorder,
+        spawner: Spawner {
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+            urls,
+            gate,
+            ttl: cfg.ttl,
+            seed: cfg.seed,
+            log_dir: cfg.out.clone(),
+            memory: Arc::new(MemoryGate::new()),
+        },
+    };
+    wait_for_leader(&world, Duration::from_secs(60)).await?;
+    for i in 0..world.clients.len() {
+        world.start_client(i).await?;
+    }
+    Ok(world)
+}
+
+async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let Some(cluster) = &world.cluster else {
+        return Ok(());
+    };
+    while started.elapsed() < limit {
+        if cluster.leader().is_some() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let tails: Vec<String> = cluster.members.iter().map(|m| m.log_tail()).collect();
+    Err(format!(
+        "no leader within {limit:?}:\n{}",
+        tails.join("\n---\n")
+    ))
+}
+
+/// The fault schedule: two lanes (cluster faults, client faults) until the
+/// duration ends, then healing and a recovery window.
+async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
+    let deadline = Instant::now() + cfg.duration;
+    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len());
+    // Let the clients take their first grants before the first fault.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while Instant::now() < deadline {
+        let step = nemesis.next_step();
+        let started = nemesis.start(world, &step.cluster, &step.client).await?;
+        tokio::time::sleep(step.duration).await;
+        nemesis.end(world, started).await?;
+        tokio::time::sleep(step.gap).await;
+    }
+    heal_everything(world).await?;
+    let healed = world
+        .recorder
+        .record(NEMESIS, EventKind::FaultEnd { id: u64::MAX });
+    // Liveness: a grant after the last fault healed, within a bound.
+    let bound = Duration::from_secs(20);
+    let started = Instant::now();
+    while !world.recorder.granted_since(healed) && started.elapsed() < bound {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// No fault may outlive the run: links healed, pauses ended, dead members
+/// and clients started again.
+pub async fn heal_everything(world: &mut World) -> Result<(), String> {
+    if let Some(network) = &world.network {
+        network.heal().map_err(|e| e.to_string())?;
+    }
+    if let Some(cluster) = &mut world.cluster {
+        cluster.resume_all();
+        cluster.restart_dead().map_err(|e| e.to_string())?;
+    }
+    for i in 0..world.clients.len() {
+        world.clients[i].signal(Signal::CONT);
+        if !world.clients[i].is_running() {
+            world.start_client(i).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Stops the clients (closing stdin asks them to release and exit), then
+/// asks the coordinator whether any lock is left behind.
+async fn finish(world: &mut World) -> Option<String> {
+    let _ = heal_everything(world).await;
+    for c in &world.clients {
+        *c.stdin.lock().await = None;
+    }
+    for c in &mut world.clients {
+        if let Some(child) = c.child.as_mut() {
+            let _ = tokio::time::timeout(Duration::from_secs(8), child.wait()).await;
+        }
+        c.kill().await;
+    }
+    let leftover = leftover_holder(world).await;
+    world.clients.clear();
+    world.cluster = None;
+    world.network = None;
+    leftover
+}
+
+/// The holder the coordinator still reports once every client stopped and
+/// their sessions had time to expire, asked from a client namespace by
+/// `campaign inspect` (the controller is not on the campaign network).
+async fn leftover_holder(world: &World) -> Option<String> {
+    let host = world.network.as_ref()?.hosts().last()?.clone();
+    let url = world.spawner.urls.last()?.clone();
+    let mut cmd = host.command(&world.spawner.exe);
+    // A killed client's session or lease lives on until it expires.
+    let within = world.spawner.ttl * 3 + Duration::from_secs(2);
+    cmd.args([
+        "inspect",
+        "--source",
+        &url,
+        "--within-ms",
+        &within.as_millis().to_string(),
+    ]);
+    let out = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(within + Duration::from_secs(20), out).await {
+        Ok(Ok(out)) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            (text != "none").then_some(text)
+        }
+        Ok(Ok(out)) => Some(format!(
+            "inspect failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        other => Some(format!("inspect failed: {other:?}")),
+    }
+}
