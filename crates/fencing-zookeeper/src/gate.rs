@@ -6,7 +6,7 @@ use fencing_core::{
     check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result,
     SourceId,
 };
-use zookeeper_client::{Acls, CreateMode};
+use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
 use crate::config::check_path;
 use crate::lock::check_resource;
@@ -60,10 +60,17 @@ impl ZkGate {
             .read("gate read", |c| {
                 let node = node.to_owned();
                 async move {
-                    match c.get_data(&node).await {
-                        Err(zookeeper_client::Error::NoNode) => Ok(None),
-                        other => other.map(Some),
-                    }
+                    // A sync first, on the same connection: the read then
+                    // sees at least what the leader had committed when it
+                    // answered the sync, not a lagging server's old mark.
+                    let read = async {
+                        match c.get_data(&node).await {
+                            Err(zookeeper_client::Error::NoNode) => Ok(None),
+                            other => other.map(Some),
+                        }
+                    };
+                    let ((), found) = tokio::try_join!(c.sync("/"), read)?;
+                    Ok(found)
                 }
             })
             .await?;
@@ -77,6 +84,24 @@ impl ZkGate {
                 Error::backend(format!("ZooKeeper gate node {node:?} holds no token"), e)
             })?;
         Ok(Some((mark, stat.version)))
+    }
+
+    /// Whether the mark still has `version`, confirmed by a check in a
+    /// multi: a write-path operation the leader orders after every raise.
+    async fn unchanged(&self, node: &str, version: i32) -> Result<bool> {
+        let mut writer = self.zk.client.new_multi_writer();
+        writer
+            .add_check_version(node, version)
+            .map_err(|e| self.zk.error("gate check", e))?;
+        match self
+            .zk
+            .write("gate check", async { Ok(writer.commit().await) })
+            .await?
+        {
+            Ok(_) => Ok(true),
+            Err(MultiWriteError::OperationFailed { .. }) => Ok(false),
+            Err(e) => Err(self.zk.error("gate check", e.into())),
+        }
     }
 
     /// One raise attempt: false when someone else changed the node first.
@@ -127,9 +152,21 @@ impl Gate for ZkGate {
         let node = self.node(resource)?;
         for _ in 0..MAX_RACES {
             let current = self.read(&node).await?;
-            if !check_token(current.map(|(mark, _)| mark), token)? {
-                return Ok(());
+            if let Some((mark, version)) = current {
+                if mark == token {
+                    // Equal to the mark as read. A read is answered by one
+                    // server, which may lag (or, cut off from its leader,
+                    // still answer): admit only if a check of the mark's
+                    // version, which the leader orders after every raise,
+                    // still holds.
+                    if self.unchanged(&node, version).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
             }
+            // Lower than the mark: Stale. Higher: raise it.
+            check_token(current.map(|(mark, _)| mark), token)?;
             if self
                 .try_raise(&node, token, current.map(|(_, v)| v))
                 .await?

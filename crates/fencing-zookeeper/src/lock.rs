@@ -180,10 +180,16 @@ pub(crate) async fn is_first(zk: &Zk, dir: &str, mine: &MyNode) -> Result<bool> 
 /// Watches my node and reports its deletion (by anyone) as loss.
 pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, lease: LeaseTracker) {
     loop {
+        // After a reconnect the stat could reach a server that has not yet
+        // seen our node's deletion: a sync on the same connection first.
         let watched = zk
             .read("watch own node", |c| {
                 let path = path.clone();
-                async move { c.check_and_watch_stat(&path).await }
+                async move {
+                    let ((), watched) =
+                        tokio::try_join!(c.sync("/"), c.check_and_watch_stat(&path))?;
+                    Ok(watched)
+                }
             })
             .await;
         match watched {

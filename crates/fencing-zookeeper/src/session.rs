@@ -236,8 +236,18 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
     Some(each.join("; "))
 }
 
-/// Every timeout/3 one cheap read; each answer renews the shared lease from
-/// its send time. A terminal session state loses everything at once.
+/// Every timeout/3 a `sync` and a read, pipelined on one connection; each
+/// answered pair renews the shared lease from its send time. A terminal
+/// session state loses everything at once.
+///
+/// A read alone is answered by the connected server, and a follower cut off
+/// from its leader keeps answering for up to syncLimit x tickTime while the
+/// leader, no longer touched for this session, expires it after the session
+/// timeout and deletes its nodes. `sync` is forwarded to the leader and
+/// answered only through it (after every committed change, such as our
+/// session's expiry, has reached the follower), so a cut-off follower can
+/// no longer renew the lease. The read after it fails with the session when
+/// the leader has expired it.
 async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
     let period = timeout / 3;
     let mut states = client.state_watcher();
@@ -255,7 +265,10 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             }
             _ = tokio::time::sleep(period) => {
                 let sent = Instant::now();
-                if let Ok(Ok(_)) = tokio::time::timeout(period, client.check_stat("/")).await {
+                let confirmed = async {
+                    tokio::try_join!(client.sync("/"), client.check_stat("/"))
+                };
+                if let Ok(Ok(_)) = tokio::time::timeout(period, confirmed).await {
                     if !group.renewed(sent, timeout) {
                         return;
                     }
