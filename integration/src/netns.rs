@@ -40,6 +40,24 @@ impl Host {
     }
 }
 
+/// Runs `f` on a new thread that lives in `host`'s namespace: every socket
+/// it opens (a tokio runtime built inside `f` included) is on the campaign
+/// network, while the calling process stays where it is.
+pub fn spawn_in<T: Send + 'static>(
+    host: &Host,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<std::io::Result<T>> {
+    let path = format!("/var/run/netns/{}", host.ns);
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&path)?;
+        rustix::thread::move_into_link_name_space(
+            std::os::fd::AsFd::as_fd(&ns),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )?;
+        Ok(f())
+    })
+}
+
 /// A bridge and the hosts attached to it.
 pub struct Network {
     prefix: String,

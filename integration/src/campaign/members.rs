@@ -101,12 +101,23 @@ pub struct Cluster {
 impl Cluster {
     /// Writes the members' configuration under `dir` and starts them.
     pub fn start(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Cluster, String> {
+        Self::start_with_sync_limit(kind, hosts, dir, SYNC_LIMIT)
+    }
+
+    /// Like [`Cluster::start`], with ZooKeeper's syncLimit in ticks of 200 ms
+    /// (how long a follower cut off from its leader goes on answering).
+    pub fn start_with_sync_limit(
+        kind: Kind,
+        hosts: &[Host],
+        dir: &Path,
+        sync_limit: u64,
+    ) -> Result<Cluster, String> {
         let mut members = Vec::new();
         for (i, host) in hosts.iter().enumerate() {
             let member_dir = dir.join(format!("m{}", i + 1));
             std::fs::create_dir_all(&member_dir).map_err(|e| e.to_string())?;
             let command = match kind {
-                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir)?,
+                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, sync_limit)?,
                 Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir)?,
             };
             members.push(Member {
@@ -211,12 +222,13 @@ fn zk_member(
     hosts: &[Host],
     i: usize,
     dir: &Path,
+    sync_limit: u64,
 ) -> Result<MemberCommand, String> {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
     std::fs::write(data.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
     let mut cfg = format!(
-        "tickTime={TICK_MS}\ninitLimit=50\nsyncLimit={SYNC_LIMIT}\ndataDir={}\n\
+        "tickTime={TICK_MS}\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
          clientPort=2181\nclientPortAddress={}\nadmin.enableServer=false\n\
          4lw.commands.whitelist=*\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
          forceSync=no\n",
