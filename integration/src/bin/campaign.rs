@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fencing::{FencingSource, ResourceName};
 use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
 use fencing_integration::campaign::members::Kind;
-use fencing_integration::campaign::run::{self, Config, RESOURCE};
+use fencing_integration::campaign::run::{self, Config, LOCKS};
 use fencing_integration::etcd_cluster::EtcdVersion;
 use fencing_integration::zk_ensemble::ZkVersion;
 
@@ -45,24 +45,33 @@ enum Backend {
     Etcd34,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    #[arg(long, value_enum)]
+    backend: Backend,
+    /// How long faults are injected
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Replays a schedule; a random one is picked and printed otherwise
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Fail when the run makes fewer grants than this
+    #[arg(long, default_value_t = 0)]
+    min_grants: usize,
+    /// Fail when the nemesis injects fewer faults than this
+    #[arg(long, default_value_t = 0)]
+    min_faults: usize,
+    /// Where the history, the time line and the logs go
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run one campaign
-    Run {
-        #[arg(long, value_enum)]
-        backend: Backend,
-        /// How long faults are injected
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-        /// Replays a schedule; a random one is picked and printed otherwise
-        #[arg(long)]
-        seed: Option<u64>,
-        #[arg(long, default_value_t = 4)]
-        clients: usize,
-        /// Where the history, the time line and the logs go
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    Run(RunArgs),
     /// One client (started by `run` inside its namespace)
     #[command(hide = true)]
     Client {
@@ -72,6 +81,8 @@ enum Command {
         source: String,
         #[arg(long)]
         gate: String,
+        #[arg(long)]
+        lock: String,
         #[arg(long)]
         ttl_ms: u64,
         #[arg(long)]
@@ -97,20 +108,15 @@ fn main() -> ExitCode {
         .expect("tokio runtime");
     let code = runtime.block_on(async {
         match cli.command {
-            Command::Run {
-                backend,
-                seconds,
-                seed,
-                clients,
-                out,
-            } => campaign(backend, seconds, seed, clients, out).await,
+            Command::Run(args) => campaign(args).await,
             Command::Client {
                 name,
                 source,
                 gate,
+                lock,
                 ttl_ms,
                 seed,
-            } => client_main(name, source, gate, ttl_ms, seed).await,
+            } => client_main(name, source, gate, lock, ttl_ms, seed).await,
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
         }
     });
@@ -118,13 +124,16 @@ fn main() -> ExitCode {
     code
 }
 
-async fn campaign(
-    backend: Backend,
-    seconds: u64,
-    seed: Option<u64>,
-    clients: usize,
-    out: Option<PathBuf>,
-) -> ExitCode {
+async fn campaign(args: RunArgs) -> ExitCode {
+    let RunArgs {
+        backend,
+        seconds,
+        seed,
+        clients,
+        out,
+        min_grants,
+        min_faults,
+    } = args;
     let seed = seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         t.map(|d| d.as_nanos() as u64).unwrap_or(1) ^ u64::from(std::process::id())
@@ -144,6 +153,8 @@ async fn campaign(
         clients,
         out,
         ttl,
+        min_grants,
+        min_faults,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,
@@ -158,6 +169,9 @@ async fn campaign(
                 );
             } else {
                 println!("hygiene: pass (no holder left)");
+            }
+            for shortfall in &outcome.shortfalls {
+                println!("too little exercised: {shortfall}");
             }
             println!("history: {}", outcome.history.display());
             println!("timeline: {}", outcome.timeline.display());
@@ -213,6 +227,7 @@ async fn client_main(
     name: String,
     source: String,
     gate: String,
+    lock: String,
     ttl_ms: u64,
     seed: u64,
 ) -> ExitCode {
@@ -228,12 +243,18 @@ async fn client_main(
         }
     };
     let plan = ClientPlan {
-        resource: ResourceName::new(RESOURCE).expect("portable name"),
+        resource: match ResourceName::new(lock) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                return ExitCode::from(2);
+            }
+        },
         ttl: Duration::from_millis(ttl_ms),
         acquire_wait: Duration::from_secs(5),
         hold: (Duration::from_millis(10), Duration::from_millis(150)),
-        long_hold_percent: 10,
-        long_hold: (Duration::from_millis(1000), Duration::from_millis(4000)),
+        long_hold_percent: 5,
+        long_hold: (Duration::from_millis(1000), Duration::from_millis(3000)),
         write_every: Duration::from_millis(25),
         seed,
     };
@@ -254,16 +275,22 @@ async fn inspect(source: String, within_ms: u64) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let resource = ResourceName::new(RESOURCE).expect("portable name");
     let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
+    let mut locks = LOCKS
+        .iter()
+        .map(|l| ResourceName::new(*l).expect("portable name"));
+    let mut resource = locks.next().expect("one lock at least");
     loop {
         match tokio::time::timeout(Duration::from_secs(10), source.holder(&resource)).await {
-            Ok(Ok(None)) => {
-                println!("none");
-                return ExitCode::SUCCESS;
-            }
+            Ok(Ok(None)) => match locks.next() {
+                Some(next) => resource = next,
+                None => {
+                    println!("none");
+                    return ExitCode::SUCCESS;
+                }
+            },
             Ok(Ok(Some(holder))) if tokio::time::Instant::now() >= deadline => {
-                println!("{holder:?}");
+                println!("{resource}: {holder:?}");
                 return ExitCode::SUCCESS;
             }
             Ok(Ok(Some(_))) => tokio::time::sleep(Duration::from_millis(200)).await,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Mutex};
 
+use super::history::WriteOutcome;
 use super::rng::Rng;
 
 /// What a client tells the controller, one JSON object per line.
@@ -43,10 +44,10 @@ pub enum ClientLine {
         token: u64,
         value: u64,
     },
-    /// Its outcome: "accepted", "refused" or "unknown".
+    /// Its outcome.
     WriteEnd {
         id: u64,
-        outcome: String,
+        outcome: WriteOutcome,
     },
     /// A write to the controller's in-memory gate; answered with a [`Reply`].
     MemWrite {
@@ -220,7 +221,7 @@ pub async fn run(
             () = work => None,
         };
         if let Some(id) = in_flight.get() {
-            let outcome = "unknown".to_owned();
+            let outcome = WriteOutcome::Unknown;
             io.send(ClientLine::WriteEnd { id, outcome }).await;
         }
         match lost {
@@ -280,17 +281,13 @@ async fn write_gate(
     })
     .await;
     let outcome = match tokio::time::timeout(WRITE_LIMIT, gate.admit(resource, token)).await {
-        Ok(Ok(())) => "accepted",
-        Ok(Err(Error::Stale { .. })) => "refused",
+        Ok(Ok(())) => WriteOutcome::Accepted,
+        Ok(Err(Error::Stale { .. })) => WriteOutcome::Refused,
         Ok(Err(e)) => {
             eprintln!("gate write of token {token}: {e}");
-            "unknown"
+            WriteOutcome::Unknown
         }
-        Err(_) => "unknown",
+        Err(_) => WriteOutcome::Unknown,
     };
-    io.send(ClientLine::WriteEnd {
-        id,
-        outcome: outcome.into(),
-    })
-    .await;
+    io.send(ClientLine::WriteEnd { id, outcome }).await;
 }

@@ -13,7 +13,8 @@ use crate::netns::Host;
 use crate::zk_ensemble::ZkVersion;
 use crate::Reaped;
 
-/// Members do not fsync (`forceSync=no`): the campaign kills processes,
+/// Members do not fsync (`forceSync=no`, etcd 3.6's `--unsafe-no-fsync`):
+/// the campaign kills processes,
 /// which never loses the page cache, and an fsync per write on these shared
 /// disks would cut the grants per minute several times.
 ///
@@ -299,6 +300,10 @@ fn etcd_member(
             .arg("--initial-cluster-state=new")
             .arg("--initial-cluster-token=campaign")
             .args(["--heartbeat-interval=100", "--election-timeout=1000"]);
+        // As for ZooKeeper's forceSync=no (see TICK_MS); 3.4 has no such flag.
+        if version == crate::etcd_cluster::EtcdVersion::V3_6 {
+            cmd.arg("--unsafe-no-fsync");
+        }
         cmd
     }))
 }

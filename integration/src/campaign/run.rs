@@ -23,8 +23,9 @@ use super::rng::Rng;
 use super::timeline;
 use crate::netns::{Host, Network};
 
-/// The resource every client contends for.
-pub const RESOURCE: &str = "campaign-lock";
+/// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
+/// each lock changes hands often and the grants per minute double.
+pub const LOCKS: [&str; 2] = ["campaign-a", "campaign-b"];
 /// Namespaces of a campaign start with this (leftovers are removed).
 const NS_PREFIX: &str = "fcamp-";
 
@@ -38,6 +39,10 @@ pub struct Config {
     pub out: PathBuf,
     /// The clients' session or lease length.
     pub ttl: Duration,
+    /// Fewer grants or faults than these make the run fail: a campaign that
+    /// exercised too little proves too little.
+    pub min_grants: usize,
+    pub min_faults: usize,
 }
 
 /// What a run found.
@@ -45,13 +50,15 @@ pub struct Outcome {
     pub report: Report,
     /// Locks still held at the coordinator after every client stopped.
     pub leftover_holder: Option<String>,
+    /// Minimums of the configuration that the run fell short of.
+    pub shortfalls: Vec<String>,
     pub history: PathBuf,
     pub timeline: PathBuf,
 }
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        self.report.passed() && self.leftover_holder.is_none()
+        self.report.passed() && self.leftover_holder.is_none() && self.shortfalls.is_empty()
     }
 }
 
@@ -188,6 +195,7 @@ impl World {
             .args([
                 "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
             ])
+            .args(["--lock", LOCKS[i % LOCKS.len()]])
             .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
             .args(["--seed", &seed.to_string()]);
         let log = std::fs::OpenOptions::new()
@@ -269,11 +277,6 @@ async fn relay(
                 else {
                     continue;
                 };
-                let outcome = match outcome.as_str() {
-                    "accepted" => WriteOutcome::Accepted,
-                    "refused" => WriteOutcome::Refused,
-                    _ => WriteOutcome::Unknown,
-                };
                 EventKind::Write {
                     resource,
                     token,
@@ -339,9 +342,19 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
         timeline::render_html(&events, &report, &title),
     )
     .map_err(|e| e.to_string())?;
+    let grants = report.figures.grants;
+    let faults: usize = report.figures.faults_by_kind.values().sum();
+    let mut shortfalls = Vec::new();
+    if grants < cfg.min_grants {
+        shortfalls.push(format!("{grants} grants, fewer than {}", cfg.min_grants));
+    }
+    if faults < cfg.min_faults {
+        shortfalls.push(format!("{faults} faults, fewer than {}", cfg.min_faults));
+    }
     Ok(Outcome {
         report,
         leftover_holder: leftover,
+        shortfalls,
         history: history_path,
         timeline: timeline_path,
     })

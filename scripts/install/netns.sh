@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# What the partition tests and the fault campaign need (idempotent): iproute2
+# (`ip netns`, veth, bridge) and iptables, and root to use them. They only
+# touch namespaces they create themselves.
+set -euo pipefail
+
+die() {
+    echo "netns.sh: $*" >&2
+    exit 1
+}
+
+# shellcheck source=../lib/apt.sh
+. "$(dirname "$0")/../lib/apt.sh"
+
+[ "$(id -u)" = 0 ] || die "network namespaces need root"
+missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+ip netns list >/dev/null || die "ip netns does not work here"
+echo "netns: $(ip -V) and $(iptables --version)"
