@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the partition tests and the fault campaign need (idempotent): iproute2
-# (`ip netns`, veth, bridge) and iptables, and root to use them. They only
+# (`ip netns`, veth, bridge), iptables and faketime, and root to use them. They only
 # touch namespaces they create themselves.
 set -euo pipefail
 
@@ -16,8 +16,10 @@ die() {
 missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+# The campaign's clock faults run clients under libfaketime.
+command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 if [ "${#missing[@]}" -gt 0 ]; then
     apt_install "${missing[@]}"
 fi
 ip netns list >/dev/null || die "ip netns does not work here"
-echo "netns: $(ip -V) and $(iptables --version)"
+echo "netns: $(ip -V), $(iptables --version), $(command -v faketime)"

@@ -1,7 +1,7 @@
 //! The seeded fault schedule. Each step runs one cluster fault and one
 //! client fault at the same time, holds them, heals them, and waits a gap.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
@@ -24,6 +24,10 @@ pub enum Fault {
     KillMember,
     PauseClient,
     KillClient,
+    /// A client restarted with its clocks (wall and monotonic) at half speed.
+    ClockSlow,
+    /// A client restarted with its clocks at double speed.
+    ClockFast,
 }
 
 impl Fault {
@@ -37,6 +41,8 @@ impl Fault {
             Fault::KillMember => "kill-member",
             Fault::PauseClient => "pause-client",
             Fault::KillClient => "kill-client",
+            Fault::ClockSlow => "clock-slow",
+            Fault::ClockFast => "clock-fast",
         }
     }
 }
@@ -52,10 +58,12 @@ const CLUSTER_FAULTS: [Fault; 7] = [
     Fault::PauseMember,
     Fault::KillMember,
 ];
-const CLIENT_FAULTS: [Fault; 3] = [
+const CLIENT_FAULTS: [Fault; 5] = [
     Fault::PartitionClient,
     Fault::PauseClient,
     Fault::KillClient,
+    Fault::ClockSlow,
+    Fault::ClockFast,
 ];
 
 /// One step of the schedule.
@@ -74,6 +82,8 @@ enum Undo {
     RestartMember(usize),
     ResumeClient(usize),
     RestartClient(usize),
+    /// Kill the client running on a faked clock, start it on the real one.
+    RealClock(usize),
 }
 
 /// The faults of one step, to be ended together.
@@ -83,7 +93,13 @@ pub struct Nemesis {
     rng: Rng,
     clients: usize,
     next_id: u64,
+    /// A clock fault outlives its step (a restarted client needs time to
+    /// connect and hold on its odd clock): its id, client and end.
+    clock: Option<(u64, usize, Instant)>,
 }
+
+/// How long a client runs on a faked clock.
+const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
 impl Nemesis {
     pub fn new(rng: Rng, clients: usize) -> Self {
@@ -91,13 +107,19 @@ impl Nemesis {
             rng,
             clients,
             next_id: 0,
+            clock: None,
         }
     }
 
     pub fn next_step(&mut self) -> Step {
         Step {
             cluster: *self.rng.pick(&CLUSTER_FAULTS),
-            client: *self.rng.pick(&CLIENT_FAULTS),
+            // One client on a faked clock at a time.
+            client: *self.rng.pick(if self.clock.is_some() {
+                &CLIENT_FAULTS[..3]
+            } else {
+                &CLIENT_FAULTS[..]
+            }),
             duration: self
                 .rng
                 .duration(Duration::from_millis(800), Duration::from_millis(2500)),
@@ -132,7 +154,17 @@ impl Nemesis {
     }
 
     pub async fn end(&mut self, world: &mut World, started: Started) -> Result<(), String> {
+        if self
+            .clock
+            .is_some_and(|(_, _, until)| Instant::now() >= until)
+        {
+            self.finish(world).await?;
+        }
         for (id, undo) in started.0 {
+            if let Undo::RealClock(c) = undo {
+                self.clock = Some((id, c, Instant::now() + CLOCK_FAULT));
+                continue;
+            }
             match undo {
                 Undo::Heal => {
                     if let Some(n) = &world.network {
@@ -145,7 +177,21 @@ impl Nemesis {
                     .map_err(|e| e.to_string())?,
                 Undo::ResumeClient(c) => world.clients[c].signal(Signal::CONT),
                 Undo::RestartClient(c) => world.start_client(c).await?,
+                // Deferred above.
+                Undo::RealClock(_) => {}
             }
+            world.recorder.record(NEMESIS, EventKind::FaultEnd { id });
+        }
+        Ok(())
+    }
+
+    /// Ends a clock fault still running: the client goes back to the real
+    /// clock (a new process).
+    pub async fn finish(&mut self, world: &mut World) -> Result<(), String> {
+        if let Some((id, c, _)) = self.clock.take() {
+            crash(world, c).await;
+            world.clients[c].clock = None;
+            world.start_client(c).await?;
             world.recorder.record(NEMESIS, EventKind::FaultEnd { id });
         }
         Ok(())
@@ -220,13 +266,29 @@ impl Nemesis {
             }
             Fault::KillClient => {
                 let c = self.rng.below(self.clients);
-                world.clients[c].kill().await;
-                let name = world.clients[c].name.clone();
-                world.recorder.record(&name, EventKind::Crash {});
-                Ok((name, Undo::RestartClient(c)))
+                crash(world, c).await;
+                Ok((world.clients[c].name.clone(), Undo::RestartClient(c)))
+            }
+            Fault::ClockSlow | Fault::ClockFast => {
+                let c = self.rng.below(self.clients);
+                crash(world, c).await;
+                world.clients[c].clock = Some(if fault == Fault::ClockSlow {
+                    "x0.5"
+                } else {
+                    "x2"
+                });
+                world.start_client(c).await?;
+                Ok((world.clients[c].name.clone(), Undo::RealClock(c)))
             }
         }
     }
+}
+
+/// SIGKILLs client `c` and records that its holds ended there.
+async fn crash(world: &mut World, c: usize) {
+    world.clients[c].kill().await;
+    let name = world.clients[c].name.clone();
+    world.recorder.record(&name, EventKind::Crash {});
 }
 
 fn cluster(world: &mut World) -> Result<&mut super::members::Cluster, String> {

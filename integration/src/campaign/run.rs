@@ -26,6 +26,9 @@ use crate::netns::{Host, Network};
 /// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
 /// each lock changes hands often and the grants per minute double.
 pub const LOCKS: [&str; 2] = ["campaign-a", "campaign-b"];
+/// libfaketime for multi-threaded programs (Debian's `faketime` package):
+/// it scales the wall and the monotonic clock, and sleeps, of the process.
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 /// Namespaces of a campaign start with this (leftovers are removed).
 const NS_PREFIX: &str = "fcamp-";
 
@@ -130,6 +133,9 @@ pub struct ClientProc {
     child: Option<Child>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     generation: u64,
+    /// A libfaketime rate ("x0.5", "x2") for the next start: the process's
+    /// wall and monotonic clocks run slow or fast.
+    pub clock: Option<&'static str>,
 }
 
 impl ClientProc {
@@ -191,6 +197,12 @@ impl World {
             Some(host) => host.command(&s.exe),
             None => std::process::Command::new(&s.exe),
         };
+        if let Some(rate) = proc.clock {
+            // libfaketime preloaded into the client itself (the faketime
+            // wrapper would fork, and signals would miss the client).
+            cmd.env("LD_PRELOAD", FAKETIME_LIB)
+                .env("FAKETIME", format!("+0 {rate}"));
+        }
         cmd.arg("client")
             .args([
                 "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
@@ -361,6 +373,11 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
 }
 
 async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
+    if !std::path::Path::new(FAKETIME_LIB).exists() {
+        return Err(format!(
+            "{FAKETIME_LIB} is missing (clock faults): run scripts/install/netns.sh"
+        ));
+    }
     let members = 3;
     let mut network = Network::create(NS_PREFIX, 213).map_err(|e| e.to_string())?;
     let mut member_hosts = Vec::new();
@@ -405,6 +422,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             child: None,
             stdin: Arc::new(tokio::sync::Mutex::new(None)),
             generation: 0,
+            clock: None,
         })
         .collect();
     let mut world = World {
@@ -461,6 +479,7 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
         nemesis.end(world, started).await?;
         tokio::time::sleep(step.gap).await;
     }
+    nemesis.finish(world).await?;
     heal_everything(world).await?;
     let healed = world
         .recorder
@@ -475,7 +494,7 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
 }
 
 /// No fault may outlive the run: links healed, pauses ended, dead members
-/// and clients started again.
+/// and clients started again, clients on a faked clock back on the real one.
 pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     if let Some(network) = &world.network {
         network.heal().map_err(|e| e.to_string())?;
@@ -486,6 +505,11 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     }
     for i in 0..world.clients.len() {
         world.clients[i].signal(Signal::CONT);
+        if world.clients[i].clock.take().is_some() {
+            world.clients[i].kill().await;
+            let name = world.clients[i].name.clone();
+            world.recorder.record(&name, EventKind::Crash {});
+        }
         if !world.clients[i].is_running() {
             world.start_client(i).await?;
         }
