@@ -176,7 +176,11 @@ impl Nemesis {
                     .restart()
                     .map_err(|e| e.to_string())?,
                 Undo::ResumeClient(c) => world.clients[c].signal(Signal::CONT),
-                Undo::RestartClient(c) => world.start_client(c).await?,
+                // Unless another fault (a clock fault ending) started it.
+                Undo::RestartClient(c) if !world.clients[c].is_running() => {
+                    world.start_client(c).await?
+                }
+                Undo::RestartClient(_) => {}
                 // Deferred above.
                 Undo::RealClock(_) => {}
             }

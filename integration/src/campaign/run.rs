@@ -189,6 +189,13 @@ struct Spawner {
 impl World {
     /// Starts client `i` (a new process with a new seed after a kill).
     pub async fn start_client(&mut self, i: usize) -> Result<(), String> {
+        // Two faults may both restart one client; the process replaced here
+        // is killed, and its holds must end in the history with it.
+        if self.clients[i].is_running() {
+            self.clients[i].kill().await;
+            let name = self.clients[i].name.clone();
+            self.recorder.record(&name, EventKind::Crash {});
+        }
         let proc = &mut self.clients[i];
         proc.generation += 1;
         let s = &self.spawner;
