@@ -4,8 +4,6 @@
 
 use fencing_core::{Error, ResourceName, Result};
 
-/// Longest DNS-1123 subdomain (object names such as a Lease's).
-pub(crate) const MAX_SUBDOMAIN: usize = 253;
 /// Longest DNS-1123 label (namespace names).
 pub(crate) const MAX_LABEL: usize = 63;
 
@@ -35,15 +33,12 @@ fn label_problem(name: &str, max: usize) -> Option<&'static str> {
 /// The Lease name for a resource, or [`Error::InvalidResource`] naming the
 /// DNS-1123 subdomain rule.
 pub(crate) fn lease_name(resource: &ResourceName) -> Result<&str> {
-    let name = resource.as_str();
-    let ok = name.len() <= MAX_SUBDOMAIN
-        && name
-            .split('.')
-            .all(|part| label_problem(part, MAX_SUBDOMAIN).is_none());
-    if ok {
-        Ok(name)
+    // The portable rule of `ResourceName::new` is exactly this one; only
+    // names made with `ResourceName::nonportable` can fail it.
+    if resource.is_portable() {
+        Ok(resource.as_str())
     } else {
-        Err(Error::invalid_resource(name, SUBDOMAIN_RULE))
+        Err(Error::invalid_resource(resource.as_str(), SUBDOMAIN_RULE))
     }
 }
 
@@ -67,7 +62,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn lease(name: &str) -> Result<String> {
-        lease_name(&ResourceName::new(name)?).map(str::to_owned)
+        lease_name(&ResourceName::nonportable(name)?).map(str::to_owned)
     }
 
     #[test]

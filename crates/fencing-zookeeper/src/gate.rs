@@ -10,7 +10,7 @@ use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
 use crate::config::check_path;
 use crate::lock::check_resource;
-use crate::session::Zk;
+use crate::session::{after_sync, Zk};
 
 /// How often a raise is retried when other writers move the mark meanwhile.
 const MAX_RACES: usize = 32;
@@ -60,17 +60,14 @@ impl ZkGate {
             .read("gate read", |c| {
                 let node = node.to_owned();
                 async move {
-                    // A sync first, on the same connection: the read then
-                    // sees at least what the leader had committed when it
-                    // answered the sync, not a lagging server's old mark.
+                    // After a sync: not a lagging server's old mark.
                     let read = async {
                         match c.get_data(&node).await {
                             Err(zookeeper_client::Error::NoNode) => Ok(None),
                             other => other.map(Some),
                         }
                     };
-                    let ((), found) = tokio::try_join!(c.sync("/"), read)?;
-                    Ok(found)
+                    after_sync(&c, read).await
                 }
             })
             .await?;

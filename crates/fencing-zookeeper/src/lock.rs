@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::check_segment;
-use crate::session::Zk;
+use crate::session::{after_sync, Zk};
 
 const LOCK_NAME: &str = "lock-";
 
@@ -185,11 +185,7 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
         let watched = zk
             .read("watch own node", |c| {
                 let path = path.clone();
-                async move {
-                    let ((), watched) =
-                        tokio::try_join!(c.sync("/"), c.check_and_watch_stat(&path))?;
-                    Ok(watched)
-                }
+                async move { after_sync(&c, c.check_and_watch_stat(&path)).await }
             })
             .await;
         match watched {

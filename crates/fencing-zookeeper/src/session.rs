@@ -80,6 +80,18 @@ impl Zk {
 
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// Runs `read` after a `sync`, pipelined on one connection: the server
+/// answers the read only after it caught up with what the leader had
+/// committed when it answered the sync, and a server cut off from its
+/// leader answers neither.
+pub(crate) async fn after_sync<T>(
+    client: &Client,
+    read: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+) -> std::result::Result<T, zookeeper_client::Error> {
+    let ((), value) = tokio::try_join!(client.sync("/"), read)?;
+    Ok(value)
+}
+
 /// The connection broke under the request (the client reconnects on its
 /// own); the session, and so the request's meaning, may well be intact.
 fn is_connection_error(e: &zookeeper_client::Error) -> bool {
@@ -222,9 +234,10 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
         {
             Ok(Ok(_)) => return None,
             Ok(Err(e)) => fencing_core::connect_failure(&e).unwrap_or_else(|| e.to_string()),
-            Err(_) => "connection timed out: check the address and that no firewall drops \
-                       the traffic"
-                .to_owned(),
+            Err(_) => {
+                let timed_out = std::io::Error::from(std::io::ErrorKind::TimedOut);
+                fencing_core::connect_failure(&timed_out).unwrap_or_else(|| timed_out.to_string())
+            }
         };
         failures.push((host, failure));
     }
@@ -265,9 +278,7 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             }
             _ = tokio::time::sleep(period) => {
                 let sent = Instant::now();
-                let confirmed = async {
-                    tokio::try_join!(client.sync("/"), client.check_stat("/"))
-                };
+                let confirmed = after_sync(&client, client.check_stat("/"));
                 if let Ok(Ok(_)) = tokio::time::timeout(period, confirmed).await {
                     if !group.renewed(sent, timeout) {
                         return;

@@ -69,7 +69,8 @@ pub enum EventKind {
     },
     /// The client process was SIGKILLed: every grant it held ends here.
     Crash {},
-    /// The nemesis started fault `id` (see [`FAULT_KINDS`]).
+    /// The nemesis started fault `id`, named by
+    /// [`Fault::name`](super::nemesis::Fault::name).
     FaultStart {
         fault: String,
         target: String,
@@ -90,30 +91,6 @@ pub enum WriteOutcome {
     /// No answer (timeout, connection lost): it may or may not have been
     /// applied, now or later.
     Unknown,
-}
-
-/// The fault names a nemesis records in [`EventKind::FaultStart`].
-pub const FAULT_KINDS: &[&str] = &[
-    "partition-follower",
-    "partition-leader",
-    "partition-majority",
-    "partition-bridge",
-    "partition-client",
-    "pause-client",
-    "pause-member",
-    "kill-member",
-    "kill-client",
-    "clock-fast",
-    "clock-slow",
-    "clock-jump",
-];
-
-/// Whether a fault of this name targets a client (its `target` is then the
-/// client's name): `pause-client`, `kill-client`, `partition-client` and the
-/// `clock-*` faults.
-pub fn is_client_fault(fault: &str) -> bool {
-    matches!(fault, "pause-client" | "kill-client" | "partition-client")
-        || fault.starts_with("clock-")
 }
 
 impl Event {
