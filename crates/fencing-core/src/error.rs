@@ -116,6 +116,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// A write was sent, the connection failed before its answer came, and
+    /// re-sending it could apply it twice. It may or may not have applied:
+    /// read the data back before deciding what to do.
+    #[error("outcome of {operation} unknown: {reason}")]
+    OutcomeUnknown {
+        /// What was sent.
+        operation: String,
+        /// Why no answer came.
+        reason: String,
+    },
+
     /// The coordinator or its client library failed; the original error is kept.
     #[error("{context}: {source}")]
     Backend {
