@@ -89,6 +89,21 @@ impl Partition {
             p.set_blackhole(cut);
         }
     }
+
+    /// Drops (or forwards again) every answer to the client; its requests
+    /// still reach the cluster.
+    pub fn set_replies_dropped(&self, on: bool) {
+        for p in self.0.iter() {
+            p.set_replies_dropped(on);
+        }
+    }
+
+    /// Closes every connection the client has open now.
+    pub fn cut_connections(&self) {
+        for p in self.0.iter() {
+            p.cut_connections();
+        }
+    }
 }
 
 #[async_trait]

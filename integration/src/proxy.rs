@@ -11,6 +11,11 @@
 //! protocol running over a connection that lost bytes may have to
 //! reconnect, as after a real partition that outlived TCP's retransmits.
 //!
+//! Two finer faults make a request's outcome unknown to its client: drop
+//! only the replies (requests still reach the server and apply), then cut
+//! every open connection, so the client sees a broken connection after the
+//! server acted.
+//!
 //! Every task belongs to the proxy and is aborted when it is dropped.
 
 use std::io;
@@ -22,6 +27,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 /// How long the proxy tries to reach its target for one connection.
@@ -34,7 +40,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Proxy {
     addr: SocketAddr,
     target: SocketAddr,
-    blackhole: Arc<AtomicBool>,
+    faults: Arc<Faults>,
     /// The accept loop; it owns the connection tasks in a `JoinSet`, so
     /// aborting it aborts them too.
     accept: JoinHandle<()>,
@@ -46,12 +52,12 @@ impl Proxy {
     pub async fn start(target: SocketAddr) -> io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let blackhole = Arc::new(AtomicBool::new(false));
-        let accept = tokio::spawn(accept_loop(listener, target, blackhole.clone()));
+        let faults = Arc::new(Faults::default());
+        let accept = tokio::spawn(accept_loop(listener, target, faults.clone()));
         Ok(Proxy {
             addr,
             target,
-            blackhole,
+            faults,
             accept,
         })
     }
@@ -74,12 +80,24 @@ impl Proxy {
     /// Switches the blackhole on (drop every byte, both directions) or off
     /// (forward again).
     pub fn set_blackhole(&self, on: bool) {
-        self.blackhole.store(on, Ordering::SeqCst);
+        self.faults.blackhole.store(on, Ordering::SeqCst);
     }
 
     /// Whether the blackhole is on.
     pub fn is_blackholed(&self) -> bool {
-        self.blackhole.load(Ordering::SeqCst)
+        self.faults.blackhole.load(Ordering::SeqCst)
+    }
+
+    /// Drops (on) or forwards (off) what the target sends back, while the
+    /// client's requests still pass.
+    pub fn set_replies_dropped(&self, on: bool) {
+        self.faults.replies_dropped.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes every connection open now (both sides see the stream end);
+    /// new connections are accepted as before.
+    pub fn cut_connections(&self) {
+        self.faults.cut.send_modify(|generation| *generation += 1);
     }
 }
 
@@ -89,13 +107,32 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: SocketAddr, blackhole: Arc<AtomicBool>) {
+/// The switches the test flips, shared with every connection task.
+#[derive(Debug)]
+struct Faults {
+    blackhole: AtomicBool,
+    replies_dropped: AtomicBool,
+    /// Bumped by `cut_connections`; each connection ends when it changes.
+    cut: watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            blackhole: AtomicBool::new(false),
+            replies_dropped: AtomicBool::new(false),
+            cut: watch::channel(0).0,
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, target: SocketAddr, faults: Arc<Faults>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((inbound, _)) => {
-                    connections.spawn(forward(inbound, target, blackhole.clone()));
+                    connections.spawn(forward(inbound, target, faults.clone()));
                 }
                 // E.g. out of file descriptors: back off instead of spinning.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -106,7 +143,8 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, blackhole: Arc<A
     }
 }
 
-async fn forward(inbound: TcpStream, target: SocketAddr, blackhole: Arc<AtomicBool>) {
+async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
+    let mut cut = faults.cut.subscribe();
     let outbound = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
         Ok(Ok(stream)) => stream,
         // Target unreachable: close the inbound connection, as a router
@@ -117,23 +155,35 @@ async fn forward(inbound: TcpStream, target: SocketAddr, blackhole: Arc<AtomicBo
     let _ = outbound.set_nodelay(true);
     let (in_read, in_write) = inbound.into_split();
     let (out_read, out_write) = outbound.into_split();
-    tokio::join!(
-        pump(in_read, out_write, &blackhole),
-        pump(out_read, in_write, &blackhole),
-    );
+    let pumps = async {
+        tokio::join!(
+            pump(in_read, out_write, &faults.blackhole, None),
+            pump(out_read, in_write, &faults.blackhole, Some(&faults.replies_dropped)),
+        )
+    };
+    // Dropping the pumps closes both sockets.
+    tokio::select! {
+        _ = pumps => {}
+        _ = cut.changed() => {}
+    }
 }
 
 /// Copies one direction until end of stream or an error, discarding what it
 /// reads while the blackhole is on; forwards the end of stream as a
 /// half-close.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, blackhole: &AtomicBool) {
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    blackhole: &AtomicBool,
+    dropped: Option<&AtomicBool>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if blackhole.load(Ordering::SeqCst) {
+        if blackhole.load(Ordering::SeqCst) || dropped.is_some_and(|d| d.load(Ordering::SeqCst)) {
             continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {

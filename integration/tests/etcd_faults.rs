@@ -152,6 +152,41 @@ async fn guarded_txn_refuses_a_superseded_grant(version: EtcdVersion) {
     gb.release().await.unwrap();
 }
 
+/// The answer to a guarded txn is lost after the cluster applied it (the
+/// replies are dropped, then the connection is cut). The txn must not be
+/// sent again: its lock compare still holds, so a second copy would apply
+/// the caller's operations twice. The caller learns the outcome is unknown.
+async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let mut observer = f.source().await.client();
+    let g = a
+        .acquire(&r("once"), &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let data = "/fencing-test-data/once";
+    partition.set_replies_dropped(true);
+    let write = tokio::spawn(async move {
+        let put = fencing_etcd::etcd_client::TxnOp::put(data, "v", None);
+        let result = a.guarded_txn(&g, vec![put]).await;
+        (result, g)
+    });
+    let applied = tokio::time::Instant::now() + Duration::from_secs(10);
+    while observer.get(data, None).await.unwrap().kvs().is_empty() {
+        assert!(tokio::time::Instant::now() < applied, "the txn never applied");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    partition.cut_connections();
+    partition.set_replies_dropped(false);
+    let (result, _g) = write.await.unwrap();
+    let times = observer.get(data, None).await.unwrap().kvs()[0].version();
+    assert_eq!(times, 1, "applied {times} times; guarded_txn returned {result:?}");
+    assert!(
+        matches!(result, Err(Error::OutcomeUnknown { .. })),
+        "a txn whose answer was lost must report an unknown outcome: {result:?}"
+    );
+}
+
 /// Bad input: unreachable endpoints time out naming them; a bad prefix and
 /// a resource with '/' are refused.
 async fn bad_input_is_refused(version: EtcdVersion) {
@@ -204,5 +239,6 @@ fencing_integration::on_both_etcd_versions!(
     sixty_four_waiters_no_herd,
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
+    guarded_txn_is_never_applied_twice,
     bad_input_is_refused,
 );

@@ -97,6 +97,52 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Sends a request that must not apply twice (a txn of the caller's own
+    /// operations). It is re-sent only while the failure proves it never
+    /// left this process (no connection could be made); any failure after
+    /// it may have reached a member is [`Error::OutcomeUnknown`], because
+    /// the member may have applied it before the answer was lost.
+    pub(crate) async fn call_once<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let unknown = |reason: String| Error::OutcomeUnknown {
+            operation: format!("etcd {what} on [{}]", self.endpoints),
+            reason,
+        };
+        loop {
+            match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(what, error = ?e, "no connection for a write; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(Err(e)) if is_transient(&e) => {
+                    return Err(unknown(format!("the connection failed after sending: {e}")))
+                }
+                Ok(Err(e)) => return Err(map_err(&self.endpoints, self.timeout, what, e)),
+                Err(_) => {
+                    return Err(unknown(format!(
+                        "no answer within {:?}",
+                        self.timeout
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// The request failed before any connection carried it.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let text = format!("{e:?}").to_ascii_lowercase();
+    ["connection refused", "tcp connect error", "dns error", "error trying to connect"]
+        .iter()
+        .any(|w| text.contains(w))
+}
+
 fn timeout(endpoints: &str, after: Duration, what: &str) -> Error {
     Error::Timeout {
         operation: format!("etcd {what} on [{endpoints}]"),
@@ -211,6 +257,20 @@ mod tests {
         ))));
         assert!(!is_transient(&status(tonic::Status::invalid_argument(
             "bad key"
+        ))));
+    }
+
+    #[test]
+    fn only_a_failed_connect_proves_a_write_was_never_sent() {
+        let status = |s: tonic::Status| etcd_client::Error::GRpcStatus(s);
+        assert!(never_sent(&status(tonic::Status::unavailable(
+            "error trying to connect: tcp connect error: Connection refused (os error 111)"
+        ))));
+        assert!(!never_sent(&status(tonic::Status::unavailable(
+            "connection reset"
+        ))));
+        assert!(!never_sent(&status(tonic::Status::unknown(
+            "etcdserver: leader changed"
         ))));
     }
 }

@@ -122,6 +122,13 @@ impl EtcdSource {
     /// still has the create revision that is its token): the strongest gate
     /// for data kept in etcd itself. A superseded grant gets [`Error::Lost`]
     /// and is marked lost.
+    ///
+    /// The txn is sent once. When the connection fails after sending (a
+    /// member dies, the leader changes, no answer before the request
+    /// timeout), the result is [`Error::OutcomeUnknown`]: the txn may have
+    /// applied, so read the data back before writing again. Re-sending it
+    /// blindly could apply the operations twice, since the lock compare
+    /// still holds after the first apply.
     pub async fn guarded_txn(&self, grant: &Grant, ops: Vec<TxnOp>) -> Result<TxnResponse> {
         ensure_same_source(&self.inner.identity, grant)?;
         let rev = i64::try_from(grant.token())?;
@@ -131,7 +138,7 @@ impl EtcdSource {
         let resp = self
             .inner
             .conn
-            .call("guarded txn", |mut c| {
+            .call_once("guarded txn", |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
