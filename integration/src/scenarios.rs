@@ -212,3 +212,56 @@ where
     );
     g.release().await.unwrap();
 }
+
+/// A release that fails on a network blip must not leave the lock blocked
+/// while the holder's session lives on: the holder (behind `partition`) is
+/// cut off for `blip`, longer than its request timeout so one delete
+/// attempt fails, but shorter than its lease, so its session survives and
+/// keeps the key alive. `waiter` must be granted soon after the network is
+/// back, long before the holder's lease could have run out.
+pub async fn failed_release_is_retried<S>(
+    holder: S,
+    partition: &crate::etcd_fixture::Partition,
+    waiter: S,
+    ttl: Duration,
+    blip: Duration,
+) where
+    S: FencingSource + Clone + 'static,
+{
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(60));
+    let lock = ResourceName::new("release-blip").unwrap();
+    let held = holder.acquire(&lock, &opts).await.unwrap();
+    let waiting = tokio::spawn({
+        let (lock, opts) = (lock.clone(), opts.clone());
+        async move { waiter.acquire(&lock, &opts).await }
+    });
+    partition.set(true);
+    let cut_at = tokio::time::Instant::now();
+    let release = tokio::spawn(held.release());
+    tokio::time::sleep(blip).await;
+    partition.set(false);
+    let bound = ttl + ttl / 2;
+    let granted = tokio::time::timeout_at(cut_at + bound, waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter was not granted within {bound:?} of the failed release: the holder's key still blocks the lock")
+        })
+        .unwrap()
+        .expect("waiter acquire");
+    // The holder's last renewal before the cut was at most ttl/3 earlier,
+    // so its lease could not have expired before cut + 2/3 ttl.
+    let waited = cut_at.elapsed();
+    assert!(
+        waited < ttl * 2 / 3,
+        "granted after {waited:?}: maybe by lease expiry, not by the retried release"
+    );
+    eprintln!("waiter granted {waited:?} after the release blip began");
+    if let Ok(result) = tokio::time::timeout(Duration::from_secs(10), release).await {
+        result.unwrap().expect("the retried release reports success");
+    } else {
+        panic!("release still running 10 s after the waiter was granted");
+    }
+    granted.release().await.unwrap();
+}

@@ -187,6 +187,23 @@ async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
     );
 }
 
+/// A release cut off by a 4 s network blip (longer than the request
+/// timeout) is retried until it goes through, instead of leaving the key on
+/// a session that lives on and blocking every other process.
+async fn failed_release_is_retried(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
+    scenarios::failed_release_is_retried(
+        holder,
+        &partition,
+        waiter,
+        Duration::from_secs(15),
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
 /// Bad input: unreachable endpoints time out naming them; a bad prefix and
 /// a resource with '/' are refused.
 async fn bad_input_is_refused(version: EtcdVersion) {
@@ -240,5 +257,6 @@ fencing_integration::on_both_etcd_versions!(
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
     guarded_txn_is_never_applied_twice,
+    failed_release_is_retried,
     bad_input_is_refused,
 );

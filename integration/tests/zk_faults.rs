@@ -234,6 +234,23 @@ async fn digest_acls_protect_lock_nodes(version: ZkVersion) {
     g.release().await.unwrap();
 }
 
+/// A release cut off by a 4 s network blip (longer than the request
+/// timeout) is retried until it goes through, instead of leaving the key on
+/// a session that lives on and blocking every other process.
+async fn failed_release_is_retried(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
+    scenarios::failed_release_is_retried(
+        holder,
+        &partition,
+        waiter,
+        Duration::from_secs(15),
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
 /// Bad input: unreachable ensembles time out naming the hosts; bad paths
 /// and resource names are refused.
 async fn bad_input_is_refused(version: ZkVersion) {
@@ -292,5 +309,6 @@ fencing_integration::on_both_zk_versions!(
     foreign_ensemble_is_refused,
     guarded_multi_refuses_a_superseded_grant,
     digest_acls_protect_lock_nodes,
+    failed_release_is_retried,
     bad_input_is_refused,
 );

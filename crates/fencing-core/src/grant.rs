@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::LeaseTracker;
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
@@ -62,6 +62,40 @@ pub trait GrantBackend: Send + Sync + 'static {
     /// Gives the grant back to the coordinator (delete the key, node or
     /// holder record) and stops renewing it.
     async fn release(self: Box<Self>) -> Result<()>;
+}
+
+/// Runs a backend's release step `op` until it succeeds, or until `lease`
+/// (the coordinator lease the released key lives on) is lost.
+///
+/// A key or node left behind by one failed delete would otherwise stay
+/// first in line for as long as its lease is renewed, which for a session
+/// shared by other grants can be the life of the process: every other
+/// contender would wait forever. Once the lease is lost it is no longer
+/// renewed, so the coordinator removes the key when the lease expires, and
+/// the release counts as done. Errors that no retry can fix (permission,
+/// configuration) return at once.
+pub async fn release_until_lost<F, Fut>(lease: &LeaseTracker, what: &str, mut op: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let error = match op().await {
+            Ok(()) => return Ok(()),
+            Err(e @ (Error::PermissionDenied(_) | Error::Config(_))) => return Err(e),
+            Err(e) => e,
+        };
+        tracing::warn!(what, error = %error, retry_in = ?pause, "release failed; retrying while the lease lives");
+        tokio::select! {
+            reason = lease.lost() => {
+                tracing::info!(what, %reason, "release left to lease expiry");
+                return Ok(());
+            }
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
 }
 
 /// The parts of a grant a backend fills in.
@@ -201,7 +235,8 @@ impl Drop for Grant {
             Ok(rt) => {
                 let resource = self.info.resource.clone();
                 // Fire and forget: the backend bounds its own release with a
-                // timeout, and the lease expires on its own if this fails.
+                // timeout or retries it until its lease is lost, after which
+                // the coordinator expires the key itself.
                 rt.spawn(async move {
                     if let Err(e) = backend.release().await {
                         tracing::warn!(%resource, error = %e, "background release failed");

@@ -47,7 +47,7 @@ mod token;
 pub use error::{connect_failure, BoxError, Error, Result};
 pub use fenced::fenced;
 pub use gate::{check_token, FileGate, Gate, MemoryGate};
-pub use grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
+pub use grant::{release_until_lost, Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};

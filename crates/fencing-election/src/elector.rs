@@ -139,9 +139,11 @@ impl LeaderElector {
     /// finishes first, leadership is resigned and its output returned.
     ///
     /// A failed resign after finished work is logged, not returned: the work
-    /// has already taken effect under a valid term, and the un-released
-    /// lease simply expires after the lease duration; turning it into an
-    /// error would make callers redo work that is done.
+    /// has already taken effect under a valid term; the etcd and ZooKeeper
+    /// sources retry a release until it succeeds or their lease is lost
+    /// (and then the coordinator expires it), so a failed resign cannot
+    /// block the next leader for longer than the lease duration. Turning it
+    /// into an error would make callers redo work that is done.
     pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
     where
         F: FnOnce(LeaderContext) -> Fut,
@@ -162,7 +164,7 @@ impl LeaderElector {
         };
         let token = leadership.token();
         if let Err(e) = leadership.resign().await {
-            tracing::warn!(election = %self.election, %token, error = %e, "resign after work failed; the lease will expire");
+            tracing::warn!(election = %self.election, %token, error = %e, "resign after work failed; the lease expires within the lease duration");
         }
         Ok(output)
     }

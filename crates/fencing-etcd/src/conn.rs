@@ -124,12 +124,7 @@ impl Conn {
                     return Err(unknown(format!("the connection failed after sending: {e}")))
                 }
                 Ok(Err(e)) => return Err(map_err(&self.endpoints, self.timeout, what, e)),
-                Err(_) => {
-                    return Err(unknown(format!(
-                        "no answer within {:?}",
-                        self.timeout
-                    )))
-                }
+                Err(_) => return Err(unknown(format!("no answer within {:?}", self.timeout))),
             }
         }
     }
@@ -138,9 +133,14 @@ impl Conn {
 /// The request failed before any connection carried it.
 fn never_sent(e: &etcd_client::Error) -> bool {
     let text = format!("{e:?}").to_ascii_lowercase();
-    ["connection refused", "tcp connect error", "dns error", "error trying to connect"]
-        .iter()
-        .any(|w| text.contains(w))
+    [
+        "connection refused",
+        "tcp connect error",
+        "dns error",
+        "error trying to connect",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
 }
 
 fn timeout(endpoints: &str, after: Duration, what: &str) -> Error {

@@ -69,6 +69,11 @@ impl Session {
         self.group.track()
     }
 
+    /// The session's own lease, which its grants follow.
+    pub(crate) fn lease(&self) -> &LeaseTracker {
+        self.group.lease()
+    }
+
     /// Ends the lease at the server at once (every key on it is deleted).
     pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
         self.keeper.abort();

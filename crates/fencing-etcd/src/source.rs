@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
-    FencingSource, FencingToken, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result,
-    SourceId,
+    default_holder_identity, ensure_same_source, release_until_lost, with_timeout, AcquireOptions,
+    Error, FencingSource, FencingToken, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName,
+    Result, SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use tokio::task::JoinHandle;
@@ -261,7 +261,7 @@ impl EtcdSource {
             conn: conn.clone(),
             key: keys.mine,
             watcher,
-            _session: session,
+            session,
             _local: pending.disarm(),
         };
         tracing::debug!(%resource, %token, "etcd grant");
@@ -329,7 +329,7 @@ struct EtcdGrant {
     conn: Conn,
     key: String,
     watcher: JoinHandle<()>,
-    _session: Arc<Session>,
+    session: Arc<Session>,
     _local: OwnedMutexGuard<()>,
 }
 
@@ -344,7 +344,11 @@ impl GrantBackend for EtcdGrant {
     async fn release(self: Box<Self>) -> Result<()> {
         self.watcher.abort();
         // `_local` is still held here, so no newer key of ours exists yet.
-        lock::delete(&self.conn, &self.key).await
+        let (conn, key) = (&self.conn, &self.key);
+        release_until_lost(self.session.lease(), "etcd unlock", || {
+            lock::delete(conn, key)
+        })
+        .await
     }
 }
 

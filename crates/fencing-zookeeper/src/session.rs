@@ -171,6 +171,11 @@ impl Session {
     pub(crate) fn track_grant(&self) -> LeaseTracker {
         self.group.track()
     }
+
+    /// The session's own lease, which its grants follow.
+    pub(crate) fn lease(&self) -> &LeaseTracker {
+        self.group.lease()
+    }
 }
 
 impl Drop for Session {

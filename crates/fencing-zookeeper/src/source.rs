@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
-    FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result, SourceId,
+    default_holder_identity, ensure_same_source, release_until_lost, with_timeout, AcquireOptions,
+    Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result,
+    SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -287,7 +288,11 @@ impl Drop for ZkGrant {
 impl GrantBackend for ZkGrant {
     async fn release(self: Box<Self>) -> Result<()> {
         self.watcher.abort();
-        lock::delete(&self.session.zk, &self.path).await
+        let (zk, path) = (&self.session.zk, &self.path);
+        release_until_lost(self.session.lease(), "ZooKeeper unlock", || {
+            lock::delete(zk, path)
+        })
+        .await
     }
 }
 
