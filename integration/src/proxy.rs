@@ -158,7 +158,12 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     let pumps = async {
         tokio::join!(
             pump(in_read, out_write, &faults.blackhole, None),
-            pump(out_read, in_write, &faults.blackhole, Some(&faults.replies_dropped)),
+            pump(
+                out_read,
+                in_write,
+                &faults.blackhole,
+                Some(&faults.replies_dropped)
+            ),
         )
     };
     // Dropping the pumps closes both sockets.

@@ -259,7 +259,9 @@ pub async fn failed_release_is_retried<S>(
     );
     eprintln!("waiter granted {waited:?} after the release blip began");
     if let Ok(result) = tokio::time::timeout(Duration::from_secs(10), release).await {
-        result.unwrap().expect("the retried release reports success");
+        result
+            .unwrap()
+            .expect("the retried release reports success");
     } else {
         panic!("release still running 10 s after the waiter was granted");
     }

@@ -173,14 +173,20 @@ async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
     });
     let applied = tokio::time::Instant::now() + Duration::from_secs(10);
     while observer.get(data, None).await.unwrap().kvs().is_empty() {
-        assert!(tokio::time::Instant::now() < applied, "the txn never applied");
+        assert!(
+            tokio::time::Instant::now() < applied,
+            "the txn never applied"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     partition.cut_connections();
     partition.set_replies_dropped(false);
     let (result, _g) = write.await.unwrap();
     let times = observer.get(data, None).await.unwrap().kvs()[0].version();
-    assert_eq!(times, 1, "applied {times} times; guarded_txn returned {result:?}");
+    assert_eq!(
+        times, 1,
+        "applied {times} times; guarded_txn returned {result:?}"
+    );
     assert!(
         matches!(result, Err(Error::OutcomeUnknown { .. })),
         "a txn whose answer was lost must report an unknown outcome: {result:?}"

@@ -251,6 +251,49 @@ async fn failed_release_is_retried(version: ZkVersion) {
     .await;
 }
 
+/// An acquire dropped while its create is unanswered (the replies are lost,
+/// the acquire times out) must not leave its node behind: that node would
+/// be first in line for as long as the session lives, blocking everyone.
+async fn abandoned_create_leaves_no_node(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
+    let lock = r("abandoned");
+    let ttl = Duration::from_secs(15);
+    // The session and the lock's parent exist before the fault.
+    a.acquire(&lock, &opts(ttl))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    partition.set_replies_dropped(true);
+    let abandoned = a
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_millis(1500)))
+        .await;
+    assert!(
+        matches!(abandoned, Err(Error::Timeout { .. })),
+        "{abandoned:?}"
+    );
+    partition.set_replies_dropped(false);
+    let started = tokio::time::Instant::now();
+    let granted = b
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_secs(10)))
+        .await;
+    let waited = started.elapsed();
+    let children = b
+        .client()
+        .await
+        .unwrap()
+        .list_children(&format!("{}/abandoned", f.path))
+        .await;
+    let g = granted.unwrap_or_else(|e| {
+        panic!("the abandoned create's node blocks the lock: {e}; lock children {children:?}")
+    });
+    eprintln!("granted {waited:?} after the fault ended");
+    g.release().await.unwrap();
+}
+
 /// Bad input: unreachable ensembles time out naming the hosts; bad paths
 /// and resource names are refused.
 async fn bad_input_is_refused(version: ZkVersion) {
@@ -310,5 +353,6 @@ fencing_integration::on_both_zk_versions!(
     guarded_multi_refuses_a_superseded_grant,
     digest_acls_protect_lock_nodes,
     failed_release_is_retried,
+    abandoned_create_leaves_no_node,
     bad_input_is_refused,
 );

@@ -67,14 +67,20 @@ pub(crate) struct MyNode {
     pub(crate) token: FencingToken,
 }
 
+/// The name prefix (`_c_<uuid>-`) of the one node an acquire may create:
+/// it finds that node again when the create's answer never came.
+pub(crate) fn protection() -> String {
+    format!("_c_{}-", uuid::Uuid::new_v4())
+}
+
 /// Creates my node, with protection mode on a lost connection.
 pub(crate) async fn create_node(
     zk: &Zk,
     dir: &str,
+    protect: &str,
     holder: &str,
     acls: Acls<'static>,
 ) -> Result<MyNode> {
-    let protect = format!("_c_{}-", uuid::Uuid::new_v4());
     let prefix = format!("{dir}/{protect}{LOCK_NAME}");
     let options = CreateMode::EphemeralSequential.with_acls(acls);
     for _ in 0..MAX_CREATE_TRIES {
@@ -86,7 +92,7 @@ pub(crate) async fn create_node(
                     .await?;
             }
             Err(zookeeper_client::Error::ConnectionLoss) => {
-                if let Some(found) = find_protected(zk, dir, &protect).await? {
+                if let Some(found) = find_protected(zk, dir, protect).await? {
                     return Ok(found);
                 }
             }
@@ -110,11 +116,7 @@ fn node(path: String, czxid: i64) -> Result<MyNode> {
 
 /// After a lost connection: did our create go through?
 async fn find_protected(zk: &Zk, dir: &str, protect: &str) -> Result<Option<MyNode>> {
-    let Some(name) = contenders(zk, dir)
-        .await?
-        .into_iter()
-        .find(|c| c.starts_with(protect))
-    else {
+    let Some(name) = protected_nodes(zk, dir, protect).await?.into_iter().next() else {
         return Ok(None);
     };
     let path = format!("{dir}/{name}");
@@ -122,6 +124,38 @@ async fn find_protected(zk: &Zk, dir: &str, protect: &str) -> Result<Option<MyNo
         Some(czxid) => node(path, czxid).map(Some),
         None => Ok(None),
     }
+}
+
+/// The children of `dir` made by the acquire that used `protect`, listed
+/// after a `sync`: after a lost connection, a server that is behind could
+/// miss the node our create made through another one, and we would create
+/// a second node behind our own first.
+async fn protected_nodes(zk: &Zk, dir: &str, protect: &str) -> Result<Vec<String>> {
+    let children = zk
+        .read("list lock after sync", |c| {
+            let dir = dir.to_owned();
+            async move {
+                match after_sync(&c, c.list_children(&dir)).await {
+                    Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                    other => other,
+                }
+            }
+        })
+        .await?;
+    Ok(children
+        .into_iter()
+        .filter(|c| c.starts_with(protect))
+        .collect())
+}
+
+/// Deletes whatever node the acquire that used `protect` made, found by
+/// its name: for an acquire abandoned while its create was in flight.
+pub(crate) async fn delete_protected(zk: &Zk, dir: &str, protect: &str) -> Result<usize> {
+    let found = protected_nodes(zk, dir, protect).await?;
+    for name in &found {
+        delete(zk, &format!("{dir}/{name}")).await?;
+    }
+    Ok(found.len())
 }
 
 /// A node's czxid, if it exists.

@@ -185,11 +185,17 @@ impl ZkSource {
             .unwrap_or_else(|| self.inner.holder.clone());
         let dir = lock::lock_dir(&self.inner.cfg.path, resource);
         let zk = &session.zk;
-        let node = lock::create_node(zk, &dir, &holder, self.acls()).await?;
+        // Armed before the create is sent: if this future is dropped while
+        // the create is in flight, the node it may have made is found by
+        // its protected name and deleted.
         let pending = PendingNode {
             zk: zk.clone(),
-            path: Some(node.path.clone()),
+            dir: dir.clone(),
+            protect: Some(lock::protection()),
+            settle: session.timeout,
         };
+        let protect = pending.protect.as_deref().unwrap_or_default();
+        let node = lock::create_node(zk, &dir, protect, &holder, self.acls()).await?;
         if wait {
             tokio::select! {
                 r = lock::wait_until_first(zk, &dir, &node, &self.inner.wakeups) => r?,
@@ -238,34 +244,50 @@ impl ZkSource {
     }
 }
 
-/// My node between creation and the grant: deleted if the acquire is
-/// dropped or fails, so it does not block the lock until the session ends.
+/// My node from before its create is sent until the grant: deleted if the
+/// acquire is dropped or fails, so it does not block the lock until the
+/// session ends. It is found by its protected name, so a node whose create
+/// was still unanswered when the acquire was dropped is found too.
 struct PendingNode {
     zk: Zk,
-    path: Option<String>,
+    dir: String,
+    protect: Option<String>,
+    /// How long after the drop a late create could still apply: a request
+    /// sent on a connection that then broke may reach the leader after our
+    /// first look. A second look after the session timeout catches it.
+    settle: Duration,
 }
 
 impl PendingNode {
     async fn delete_now(mut self) -> Result<()> {
-        match self.path.take() {
-            Some(p) => lock::delete(&self.zk, &p).await,
+        match self.protect.take() {
+            Some(p) => lock::delete_protected(&self.zk, &self.dir, &p)
+                .await
+                .map(drop),
             None => Ok(()),
         }
     }
 
     fn disarm(mut self) {
-        self.path = None;
+        self.protect = None;
     }
 }
 
 impl Drop for PendingNode {
     fn drop(&mut self) {
-        let Some(path) = self.path.take() else { return };
-        let zk = self.zk.clone();
+        let Some(protect) = self.protect.take() else {
+            return;
+        };
+        let (zk, dir, settle) = (self.zk.clone(), std::mem::take(&mut self.dir), self.settle);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = lock::delete(&zk, &path).await {
-                    tracing::warn!(%path, error = %e, "could not delete the node of an abandoned acquire");
+                for pause in [Duration::ZERO, settle] {
+                    tokio::time::sleep(pause).await;
+                    match lock::delete_protected(&zk, &dir, &protect).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(%dir, %protect, n, "deleted the node of an abandoned acquire"),
+                        Err(e) => tracing::warn!(%dir, %protect, error = %e, "could not delete the node of an abandoned acquire"),
+                    }
                 }
             });
         }
