@@ -294,6 +294,42 @@ async fn abandoned_create_leaves_no_node(version: ZkVersion) {
     g.release().await.unwrap();
 }
 
+/// A grant whose session timeout the ensemble capped (100 s asked, 60 s
+/// allowed): a guarded multi must use an open session, not open a new one
+/// on every call because no session is filed under the negotiated timeout.
+async fn guarded_multi_opens_no_extra_session(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let s = f.source().await;
+    let g = s
+        .acquire(&r("capped"), &opts(Duration::from_secs(100)))
+        .await
+        .unwrap();
+    assert_eq!(
+        g.ttl(),
+        Duration::from_secs(60),
+        "maxSessionTimeout caps it"
+    );
+    let before = s.open_sessions().await;
+    for i in 0..3 {
+        s.guarded_multi(&g, |w| {
+            w.add_create(
+                &format!("/fencing-test/capped-{i}"),
+                b"",
+                &fencing_zookeeper::zookeeper_client::CreateMode::Persistent
+                    .with_acls(fencing_zookeeper::zookeeper_client::Acls::anyone_all()),
+            )
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        s.open_sessions().await,
+        before,
+        "guarded_multi opened sessions"
+    );
+    g.release().await.unwrap();
+}
+
 /// Bad input: unreachable ensembles time out naming the hosts; bad paths
 /// and resource names are refused.
 async fn bad_input_is_refused(version: ZkVersion) {
@@ -354,5 +390,6 @@ fencing_integration::on_both_zk_versions!(
     digest_acls_protect_lock_nodes,
     failed_release_is_retried,
     abandoned_create_leaves_no_node,
+    guarded_multi_opens_no_extra_session,
     bad_input_is_refused,
 );

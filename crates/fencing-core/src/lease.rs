@@ -183,10 +183,14 @@ impl LeaseGroup {
     #[must_use]
     pub fn track(&self) -> LeaseTracker {
         let tracker = LeaseTracker::new(*lock(&self.renewed_at), *lock(&self.ttl));
+        // Checked and pushed under the list's lock: a `lose` that marks the
+        // lease after this check drains the list after this push, so the
+        // new grant is lost either way.
+        let mut grants = lock(&self.grants);
         if !self.lease.is_live() {
             tracker.mark_lost(self.lease.loss_reason().unwrap_or_default());
         }
-        lock(&self.grants).push(tracker.clone());
+        grants.push(tracker.clone());
         tracker
     }
 
@@ -285,6 +289,36 @@ mod tests {
             !a.is_live() && !group.track().is_live(),
             "the lease's loss is everyone's"
         );
+    }
+
+    /// A grant tracked at the same moment the lease is lost must be lost
+    /// too: either `lose` sees it in the list, or `track` sees the loss.
+    #[test]
+    fn a_grant_tracked_while_the_lease_is_lost_is_lost() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _entered = rt.enter();
+        let mut missed = 0;
+        for _ in 0..30_000 {
+            let group = Arc::new(LeaseGroup::new(Instant::now(), Duration::from_secs(60)));
+            let start = Arc::new(std::sync::Barrier::new(2));
+            let loser = std::thread::spawn({
+                let (group, start) = (group.clone(), start.clone());
+                move || {
+                    start.wait();
+                    group.lose("session expired");
+                }
+            });
+            start.wait();
+            let tracker = group.track();
+            loser.join().unwrap();
+            if tracker.is_live() {
+                missed += 1;
+            }
+        }
+        assert_eq!(missed, 0, "grants tracked during the loss stayed live");
     }
 
     #[tokio::test]

@@ -123,7 +123,11 @@ impl ZkSource {
         build: impl FnOnce(&mut MultiWriter<'_>) -> std::result::Result<(), zookeeper_client::Error>,
     ) -> Result<Vec<MultiWriteResult>> {
         ensure_same_source(&self.inner.identity, grant)?;
-        let session = self.session(grant.ttl()).await?;
+        // Any session can check the node's version; the default one exists
+        // already. (Looking the grant's session up by its TTL found none
+        // when the ensemble had negotiated another timeout than the one
+        // asked for, and opened an extra session per call.)
+        let session = self.session(self.inner.cfg.session_timeout).await?;
         let zk = &session.zk;
         let mut writer = zk.client.new_multi_writer();
         // The node's data never changes, so its version stays 0.
@@ -147,6 +151,13 @@ impl ZkSource {
             }
             Err(e) => Err(zk.error("guarded multi", e.into())),
         }
+    }
+
+    /// How many ZooKeeper sessions this source has open (one per lease
+    /// length asked for). For tests and diagnostics.
+    #[doc(hidden)]
+    pub async fn open_sessions(&self) -> usize {
+        self.inner.sessions.lock().await.len()
     }
 
     fn acls(&self) -> Acls<'static> {
