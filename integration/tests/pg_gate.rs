@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fencing::{Error, FencingToken, Gate, ResourceName};
+use fencing::{Error, FencingToken, Gate, ResourceName, SourceId};
 use fencing_integration::pg_server::PgServer;
 use fencing_postgres::{FenceTable, FencedUpdate, PgGate};
 
@@ -215,6 +215,136 @@ async fn marks_survive_restart_and_crash() {
         gate.admit(&r, t(10)).await,
         Err(Error::Stale { .. })
     ));
+}
+
+/// A fence column added to a table that already had rows holds NULL in
+/// them: such a row was never written under a token, so any token may
+/// write it (and fences it from then on). It must never panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_fence_admits_and_never_panics() {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE items (id BIGINT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO items VALUES (1, 'before fencing');
+             ALTER TABLE items ADD COLUMN fence BIGINT;",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("items", "id", "fence", &["value"])
+        .unwrap()
+        .prepare(&client)
+        .await
+        .unwrap();
+    let written = update
+        .execute(&client, &1i64, &[&"first fenced".to_owned()], t(7))
+        .await;
+    assert_eq!(written.unwrap(), 1, "a NULL fence admits");
+    let row = client
+        .query_one("SELECT value, fence FROM items WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "first fenced");
+    assert_eq!(row.get::<_, Option<i64>>(1), Some(7));
+    match update
+        .execute(&client, &1i64, &[&"late".to_owned()], t(6))
+        .await
+    {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(6), t(7))),
+        other => panic!("a lower token after the first fenced write: {other:?}"),
+    }
+}
+
+/// A refused update is reported as refused even when the row disappears
+/// right after the UPDATE. The race is made deterministic by a statement
+/// trigger that deletes the row at the end of every UPDATE of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE docs (id BIGINT PRIMARY KEY, body TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+             INSERT INTO docs VALUES (1, 'newer', 10);
+             CREATE FUNCTION delete_doc() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN DELETE FROM docs WHERE id = 1; RETURN NULL; END $$;
+             CREATE TRIGGER delete_after_update AFTER UPDATE ON docs
+               FOR EACH STATEMENT EXECUTE FUNCTION delete_doc();",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("docs", "id", "fence", &["body"])
+        .unwrap()
+        .prepare(&client)
+        .await
+        .unwrap();
+    let outcome = update
+        .execute(&client, &1i64, &[&"stale".to_owned()], t(5))
+        .await;
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM docs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the trigger deleted the row after the UPDATE");
+    match outcome {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(10))),
+        other => panic!("a refused write reported as {other:?}"),
+    }
+}
+
+/// Marks are bound to the source of the token that set them: a higher
+/// token of another source is refused and the mark kept. A table made
+/// before marks had sources gains the column, and its marks are unbound
+/// until a bound admit binds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_gate_refuses_another_sources_token() {
+    let pg = PgServer::start().await.unwrap();
+    let client = Arc::new(pg.client().await.unwrap());
+    client
+        .batch_execute(
+            "CREATE TABLE fencing_marks (resource TEXT PRIMARY KEY, mark BIGINT NOT NULL CHECK (mark >= 0));
+             INSERT INTO fencing_marks VALUES ('old', 4);",
+        )
+        .await
+        .unwrap();
+    let gate = PgGate::new(client.clone(), "fencing_marks").await.unwrap();
+    let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
+    let r = ResourceName::new("orders").unwrap();
+    gate.admit_from(&r, &a, t(5)).await.unwrap();
+    match gate.admit_from(&r, &b, t(9)).await {
+        Err(Error::ForeignSource {
+            expected,
+            presented,
+        }) => {
+            assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
+        }
+        other => panic!("a higher token of another source: {other:?}"),
+    }
+    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(5)));
+    gate.admit_from(&r, &a, t(5)).await.expect("a retry of a");
+    gate.admit_from(&r, &a, t(6)).await.unwrap();
+    assert!(matches!(
+        gate.admit(&r, t(7)).await,
+        Err(Error::UnnamedSource { .. })
+    ));
+    match gate.admit_from(&r, &a, t(3)).await {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(3), t(6))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(6)));
+
+    let old = ResourceName::new("old").unwrap();
+    gate.admit(&old, t(4))
+        .await
+        .expect("an unbound mark takes the unbound form");
+    gate.admit_from(&old, &b, t(5)).await.unwrap();
+    assert!(matches!(
+        gate.admit_from(&old, &a, t(6)).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(gate.high_water(&old).await.unwrap(), Some(t(5)));
 }
 
 /// Identifiers are checked, not escaped.

@@ -65,13 +65,37 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A token or grant minted by a different source than the one asked.
-    #[error("grant from source {presented:?} presented to source {expected:?}")]
+    /// A token or grant minted by a different source than the one asked: a
+    /// source's `validate`, or a gate whose mark for the resource is bound
+    /// to another source. Tokens of different sources are not comparable.
+    #[error("token from source {presented:?} where source {expected:?} is required (tokens of different sources are not comparable)")]
     ForeignSource {
         /// The source this call went to.
         expected: String,
         /// The source that minted the grant.
         presented: String,
+    },
+
+    /// A gate refused a token that names no source, for a resource whose
+    /// mark is bound to a source (a bound admit set it). Present the token
+    /// with its source ([`Gate::admit_from`](crate::Gate::admit_from)).
+    #[error("the mark of {resource:?} is bound to source {expected:?}; a token that names no source is refused")]
+    UnnamedSource {
+        /// The resource whose mark refused the token.
+        resource: String,
+        /// The source the mark is bound to.
+        expected: String,
+    },
+
+    /// A [`ValidatingGate`](crate::ValidatingGate) refused to raise a mark
+    /// to a token that no live grant of its source carries: a forged or
+    /// mistyped token, or one whose grant ended before its first write.
+    #[error("fencing token {token} for {resource:?} is carried by no live grant of the source")]
+    UnknownToken {
+        /// The resource the write was for.
+        resource: String,
+        /// The refused token.
+        token: FencingToken,
     },
 
     /// Invalid configuration: options, URLs, missing backends.
@@ -208,10 +232,14 @@ impl Error {
     }
 
     /// True for the errors a writer answers by re-acquiring and redoing its
-    /// work: [`Error::Stale`] and [`Error::Lost`].
+    /// work: [`Error::Stale`], [`Error::Lost`] and [`Error::UnknownToken`]
+    /// (the grant ended before a validating gate saw its token).
     #[must_use]
     pub fn needs_reacquire(&self) -> bool {
-        matches!(self, Error::Stale { .. } | Error::Lost { .. })
+        matches!(
+            self,
+            Error::Stale { .. } | Error::Lost { .. } | Error::UnknownToken { .. }
+        )
     }
 }
 

@@ -46,7 +46,9 @@ mod token;
 
 pub use error::{connect_failure, BoxError, Error, Result};
 pub use fenced::fenced;
-pub use gate::{check_token, FileGate, Gate, MemoryGate};
+pub use gate::{
+    check_source, check_token, next_mark, FileGate, Gate, Mark, MemoryGate, ValidatingGate,
+};
 pub use grant::{release_until_lost, Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};

@@ -3,8 +3,7 @@
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use fencing_core::{
-    check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result,
-    SourceId,
+    check_source, check_token, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
 };
 
 use crate::config::check_prefix;
@@ -18,9 +17,15 @@ const MAX_RACES: usize = 32;
 /// survive restarts. A raise is one txn that only applies if the mark did not
 /// change since it was read.
 ///
-/// Get one from [`EtcdSource::gate`](crate::EtcdSource::gate). Use
-/// [`admit_grant`](Self::admit_grant) where the grant is at hand: it also
-/// refuses grants minted by another cluster.
+/// Get one from [`EtcdSource::gate`](crate::EtcdSource::gate). Its marks
+/// are bound to that cluster's source id: use the bound form,
+/// [`admit_from`](Gate::admit_from) or [`admit_grant`](Self::admit_grant),
+/// which refuse a token of any other source with
+/// [`Error::ForeignSource`]. The unbound [`admit`](Gate::admit) takes the
+/// token to be this cluster's.
+///
+/// A cluster restored from a snapshot keeps its cluster id (so the same
+/// source id) and rewinds these marks with its data; see the crate docs.
 #[derive(Clone)]
 pub struct EtcdGate {
     conn: Conn,
@@ -38,10 +43,11 @@ impl EtcdGate {
         })
     }
 
-    /// Admits the grant's token after checking that this cluster minted it.
+    /// Admits the grant's token after checking that this cluster minted it:
+    /// [`Gate::admit_from`] with the grant's resource, source and token
+    /// (also reachable as [`Gate::admit_grant`] with `grant.info()`).
     pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
-        ensure_same_source(&self.source, grant)?;
-        self.admit(grant.resource(), grant.token()).await
+        Gate::admit_from(self, grant.resource(), grant.source(), grant.token()).await
     }
 
     fn key(&self, resource: &ResourceName) -> String {
@@ -97,6 +103,19 @@ impl Gate for EtcdGate {
             "etcd gate",
             format!("mark of {key:?} kept moving for {MAX_RACES} tries"),
         ))
+    }
+
+    /// The marks live in the cluster that mints the tokens, so they are bound
+    /// to it: a token named as another source's is refused with
+    /// [`Error::ForeignSource`] before anything is read or written.
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        check_source(resource, Some(&self.source), Some(source))?;
+        self.admit(resource, token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

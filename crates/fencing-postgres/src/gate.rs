@@ -3,11 +3,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fencing_core::{FencingToken, Gate, ResourceName, Result};
+use fencing_core::{FencingToken, Gate, ResourceName, Result, SourceId};
 
 use crate::table::FenceTable;
 
-/// A [`Gate`] kept in a [`FenceTable`], each admit its own transaction.
+/// A [`Gate`] kept in a [`FenceTable`], each admit its own transaction
+/// (one statement). Marks are bound to sources as [`Gate`] describes;
+/// [`PgGate::new`] adds the `source` column to a table made by an older
+/// version.
 /// Durable and shared by every process that uses the table. When the guarded
 /// data is in the same database, prefer [`FenceTable::admit`] inside the
 /// write's transaction.
@@ -30,6 +33,17 @@ impl PgGate {
 impl Gate for PgGate {
     async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
         self.table.admit(&*self.client, resource, token).await
+    }
+
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        self.table
+            .admit_from(&*self.client, resource, source, token)
+            .await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

@@ -3,8 +3,7 @@
 
 use async_trait::async_trait;
 use fencing_core::{
-    check_token, ensure_same_source, Error, FencingToken, Gate, Grant, ResourceName, Result,
-    SourceId,
+    check_source, check_token, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
 };
 use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
@@ -20,9 +19,12 @@ const MAX_RACES: usize = 32;
 /// a `setData` with the version that was read (or a create when absent), so
 /// concurrent raises never lower a mark.
 ///
-/// Get one from [`ZkSource::gate`](crate::ZkSource::gate); prefer
-/// [`admit_grant`](Self::admit_grant), which also refuses grants minted by
-/// another ensemble.
+/// Get one from [`ZkSource::gate`](crate::ZkSource::gate). Its marks are
+/// bound to that ensemble's source id: use the bound form,
+/// [`admit_from`](Gate::admit_from) or [`admit_grant`](Self::admit_grant),
+/// which refuse a token of any other source with
+/// [`Error::ForeignSource`]. The unbound [`admit`](Gate::admit) takes the
+/// token to be this ensemble's.
 #[derive(Clone)]
 pub struct ZkGate {
     zk: Zk,
@@ -42,10 +44,11 @@ impl ZkGate {
         })
     }
 
-    /// Admits the grant's token after checking that this ensemble minted it.
+    /// Admits the grant's token after checking that this ensemble minted it:
+    /// [`Gate::admit_from`] with the grant's resource, source and token
+    /// (also reachable as [`Gate::admit_grant`] with `grant.info()`).
     pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
-        ensure_same_source(&self.source, grant)?;
-        self.admit(grant.resource(), grant.token()).await
+        Gate::admit_from(self, grant.resource(), grant.source(), grant.token()).await
     }
 
     fn node(&self, resource: &ResourceName) -> Result<String> {
@@ -175,6 +178,19 @@ impl Gate for ZkGate {
             "ZooKeeper gate",
             format!("mark of {node:?} kept moving for {MAX_RACES} tries"),
         ))
+    }
+
+    /// The marks live in the ensemble that mints the tokens, so they are bound
+    /// to it: a token named as another source's is refused with
+    /// [`Error::ForeignSource`] before anything is read or written.
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        check_source(resource, Some(&self.source), Some(source))?;
+        self.admit(resource, token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

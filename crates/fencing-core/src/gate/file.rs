@@ -7,36 +7,52 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::{check_token, Gate};
+use super::{next_mark, Gate, Mark};
 use crate::durable::{self, Reader};
 use crate::error::{Error, Result};
+use crate::grant::SourceId;
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
-const MAGIC: &[u8; 8] = b"FNCGATE1";
+/// The current format: each mark with the source it is bound to.
+const MAGIC: &[u8; 8] = b"FNCGATE2";
+/// The first format: tokens only. Still read, as unbound marks.
+const MAGIC_V1: &[u8; 8] = b"FNCGATE1";
+/// Longest source id a mark can store (a u16 length prefix).
+const MAX_SOURCE_LEN: usize = u16::MAX as usize;
 
 /// A gate whose high-water marks survive crashes and restarts.
 ///
-/// Every raise of a mark rewrites the file durably (write a temporary file,
-/// fsync, rename over, fsync the directory) before `admit` returns, so no
-/// crash at any point can lower a stored mark. Retries at the mark cost no
-/// I/O. The file is checksummed: one truncated or modified by hand is
-/// reported as [`Error::Corrupt`] by [`FileGate::open`], never read as empty.
+/// Every change of a mark rewrites the file durably (write a temporary
+/// file, fsync, rename over, fsync the directory) before `admit` returns, so
+/// no crash at any point can lower a stored mark or drop its source. Retries
+/// at the mark cost no I/O. The file is checksummed: one truncated or
+/// modified by hand is reported as [`Error::Corrupt`] by [`FileGate::open`],
+/// never read as empty.
+///
+/// Files written before marks were bound to sources (`FNCGATE1`) still
+/// open; their marks are unbound until the first bound admit of each
+/// resource, and the next change rewrites the file in the current format
+/// (which older versions of this crate refuse to open as corrupt).
 ///
 /// One process owns a gate file at a time: `open` takes an exclusive lock on
 /// `<path>.lock` and a second `open` fails until the first gate is dropped.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
-/// use fencing_core::{FencingToken, FileGate, Gate, ResourceName};
+/// use fencing_core::{Error, FencingToken, FileGate, Gate, ResourceName, SourceId};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("marks.gate");
-/// let r = ResourceName::new("orders")?;
-/// FileGate::open(&path)?.admit(&r, FencingToken::new(7)).await?;
-/// // Reopened (as after a restart) it still refuses older tokens.
+/// let (r, etcd) = (ResourceName::new("orders")?, SourceId::new("etcd:6b2c"));
+/// FileGate::open(&path)?.admit_from(&r, &etcd, FencingToken::new(7)).await?;
+/// // Reopened (as after a restart) it still refuses older tokens, and
+/// // tokens of any other source.
 /// let gate = FileGate::open(&path)?;
-/// assert!(gate.admit(&r, FencingToken::new(6)).await.is_err());
+/// assert!(gate.admit_from(&r, &etcd, FencingToken::new(6)).await.is_err());
+/// let zk = SourceId::new("zk:prod");
+/// let err = gate.admit_from(&r, &zk, FencingToken::new(8)).await.unwrap_err();
+/// assert!(matches!(err, Error::ForeignSource { .. }));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
@@ -44,10 +60,12 @@ pub struct FileGate {
     inner: Arc<Inner>,
 }
 
+type Marks = BTreeMap<ResourceName, Mark>;
+
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    marks: Mutex<BTreeMap<ResourceName, FencingToken>>,
+    marks: Mutex<Marks>,
     _owner: File,
 }
 
@@ -56,10 +74,7 @@ impl FileGate {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let owner = lock_owner(&path)?;
-        let marks = match durable::read_framed(&path, MAGIC)? {
-            Some(payload) => decode(&payload).map_err(|reason| Error::corrupt(&path, reason))?,
-            None => BTreeMap::new(),
-        };
+        let marks = load(&path)?;
         tracing::debug!(path = %path.display(), resources = marks.len(), "opened file gate");
         Ok(FileGate {
             inner: Arc::new(Inner {
@@ -75,18 +90,51 @@ impl FileGate {
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
+
+    /// The resource's mark and the source it is bound to.
+    #[must_use]
+    pub fn mark(&self, resource: &ResourceName) -> Option<Mark> {
+        self.inner.lock().get(resource).cloned()
+    }
+
+    async fn admit_with(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        if let Some(s) = source.filter(|s| s.as_str().len() > MAX_SOURCE_LEN) {
+            return Err(Error::Config(format!(
+                "a file gate stores source ids of at most {MAX_SOURCE_LEN} bytes, not {}",
+                s.as_str().len()
+            )));
+        }
+        let (inner, resource, source) = (self.inner.clone(), resource.clone(), source.cloned());
+        tokio::task::spawn_blocking(move || inner.admit_blocking(&resource, source.as_ref(), token))
+            .await
+            .map_err(|e| Error::backend("file gate writer task", e))?
+    }
 }
 
 impl Inner {
-    fn admit_blocking(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-        if !check_token(marks.get(resource).copied(), token)? {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn admit_blocking(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        let mut marks = self.lock();
+        let Some(mark) = next_mark(resource, marks.get(resource), source, token)? else {
             return Ok(());
-        }
+        };
         // Persist before publishing: a failed write leaves the old mark and
         // refuses this write, it never admits a write the file forgot.
         let mut next = marks.clone();
-        next.insert(resource.clone(), token);
+        next.insert(resource.clone(), mark);
         durable::write_framed(&self.path, MAGIC, &encode(&next))?;
         *marks = next;
         Ok(())
@@ -96,15 +144,20 @@ impl Inner {
 #[async_trait]
 impl Gate for FileGate {
     async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        let (inner, resource) = (self.inner.clone(), resource.clone());
-        tokio::task::spawn_blocking(move || inner.admit_blocking(&resource, token))
-            .await
-            .map_err(|e| Error::backend("file gate writer task", e))?
+        self.admit_with(resource, None, token).await
+    }
+
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        self.admit_with(resource, Some(source), token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let marks = self.inner.marks.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(marks.get(resource).copied())
+        Ok(self.inner.lock().get(resource).map(|m| m.token))
     }
 }
 
@@ -122,26 +175,57 @@ fn lock_owner(path: &Path) -> Result<File> {
     }
 }
 
-fn encode(marks: &BTreeMap<ResourceName, FencingToken>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + marks.len() * 32);
+/// Reads the marks in either format; a missing file has none.
+fn load(path: &Path) -> Result<Marks> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Marks::new()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    parse(path, &bytes)
+}
+
+/// Checks the frame of either format and decodes its marks.
+fn parse(path: &Path, bytes: &[u8]) -> Result<Marks> {
+    let (payload, bound) = if bytes.starts_with(MAGIC_V1) {
+        (durable::unframe(path, MAGIC_V1, bytes)?, false)
+    } else {
+        // Anything else must be the current format (a bad magic says so).
+        (durable::unframe(path, MAGIC, bytes)?, true)
+    };
+    decode(&payload, bound).map_err(|reason| Error::corrupt(path, reason))
+}
+
+fn encode(marks: &Marks) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + marks.len() * 48);
     out.extend_from_slice(&(marks.len() as u32).to_le_bytes());
-    for (resource, token) in marks {
+    for (resource, mark) in marks {
         durable::put_string(&mut out, resource.as_str());
-        out.extend_from_slice(&token.get().to_le_bytes());
+        out.extend_from_slice(&mark.token.get().to_le_bytes());
+        match &mark.source {
+            None => out.extend_from_slice(&0u32.to_le_bytes()),
+            Some(source) => {
+                out.extend_from_slice(&1u32.to_le_bytes());
+                // Admits refuse longer ids, so put_string's bound holds.
+                durable::put_string(&mut out, source.as_str());
+            }
+        }
     }
     out
 }
 
-/// Parses a payload; any inconsistency is an error, never a default.
-fn decode(payload: &[u8]) -> std::result::Result<BTreeMap<ResourceName, FencingToken>, String> {
+/// Parses a payload of the current format (`bound`) or the first one; any
+/// inconsistency is an error, never a default.
+fn decode(payload: &[u8], bound: bool) -> std::result::Result<Marks, String> {
     let mut r = Reader::new(payload);
     let count = r.u32()?;
-    let mut marks = BTreeMap::new();
+    let mut marks = Marks::new();
     for _ in 0..count {
         let name = r.string()?;
         let resource = ResourceName::nonportable(name).map_err(|e| e.to_string())?;
         let token = FencingToken::new(r.u64()?);
-        if marks.insert(resource, token).is_some() {
+        let source = if bound { read_source(&mut r)? } else { None };
+        if marks.insert(resource, Mark { token, source }).is_some() {
             return Err("a resource is listed twice".into());
         }
     }
@@ -149,9 +233,18 @@ fn decode(payload: &[u8]) -> std::result::Result<BTreeMap<ResourceName, FencingT
     Ok(marks)
 }
 
+fn read_source(r: &mut Reader<'_>) -> std::result::Result<Option<SourceId>, String> {
+    match r.u32()? {
+        0 => Ok(None),
+        1 => Ok(Some(SourceId::new(r.string()?))),
+        other => Err(format!("unknown source tag {other}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grant::SourceId;
     use proptest::prelude::*;
 
     fn r(name: &str) -> ResourceName {
@@ -216,30 +309,159 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_foreign_sources_token_is_refused_also_after_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
+        {
+            let g = FileGate::open(&path).unwrap();
+            g.admit_from(&r("x"), &a, FencingToken::new(5))
+                .await
+                .unwrap();
+            assert!(matches!(
+                g.admit_from(&r("x"), &b, FencingToken::new(9)).await,
+                Err(Error::ForeignSource { .. })
+            ));
+            assert_eq!(
+                g.high_water(&r("x")).await.unwrap(),
+                Some(FencingToken::new(5))
+            );
+        }
+        let g = FileGate::open(&path).unwrap();
+        match g.admit_from(&r("x"), &b, FencingToken::new(10)).await {
+            Err(Error::ForeignSource {
+                expected,
+                presented,
+            }) => {
+                assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
+            }
+            other => panic!("after reopen: {other:?}"),
+        }
+        assert_eq!(
+            g.high_water(&r("x")).await.unwrap(),
+            Some(FencingToken::new(5))
+        );
+        g.admit_from(&r("x"), &a, FencingToken::new(6))
+            .await
+            .unwrap();
+    }
+
+    /// A file written by the first format (`FNCGATE1`: count, then name and
+    /// token per resource), spelled out byte by byte rather than made by
+    /// the current encoder.
+    fn version_1_file(entries: &[(&str, u64)]) -> Vec<u8> {
+        let mut bytes = b"FNCGATE1".to_vec();
+        bytes.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        for (name, token) in entries {
+            bytes.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(&token.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[tokio::test]
+    async fn an_old_format_file_opens_with_unbound_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        std::fs::write(&path, version_1_file(&[("x", 7), ("y", 3)])).unwrap();
+        let a = SourceId::new("etcd:a");
+        {
+            let g = FileGate::open(&path).unwrap();
+            assert_eq!(
+                g.high_water(&r("x")).await.unwrap(),
+                Some(FencingToken::new(7))
+            );
+            assert!(matches!(
+                g.admit(&r("x"), FencingToken::new(6)).await,
+                Err(Error::Stale { .. })
+            ));
+            // The marks are unbound: the unbound form still works, and the
+            // first bound admit binds the mark.
+            g.admit(&r("y"), FencingToken::new(4)).await.unwrap();
+            g.admit_from(&r("x"), &a, FencingToken::new(7))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            &std::fs::read(&path).unwrap()[..8],
+            MAGIC,
+            "rewritten in the current format"
+        );
+        let g = FileGate::open(&path).unwrap();
+        assert!(matches!(
+            g.admit_from(&r("x"), &SourceId::new("zk:b"), FencingToken::new(8))
+                .await,
+            Err(Error::ForeignSource { .. })
+        ));
+        assert_eq!(
+            g.high_water(&r("y")).await.unwrap(),
+            Some(FencingToken::new(4))
+        );
+    }
+
+    fn framed(magic: &[u8; 8], payload: &[u8]) -> Vec<u8> {
+        let mut bytes = magic.to_vec();
+        bytes.extend_from_slice(payload);
+        bytes.extend_from_slice(&crc32fast::hash(&bytes).to_le_bytes());
+        bytes
+    }
+
+    fn marks_strategy() -> impl Strategy<Value = Marks> {
+        let mark = (any::<u64>(), proptest::option::of("[a-z0-9:./-]{0,24}"));
+        proptest::collection::btree_map("[a-z]{1,12}", mark, 0..8).prop_map(|entries| {
+            entries
+                .into_iter()
+                .map(|(k, (token, source))| {
+                    let mark = Mark {
+                        token: FencingToken::new(token),
+                        source: source.map(SourceId::new),
+                    };
+                    (ResourceName::new(k).unwrap(), mark)
+                })
+                .collect()
+        })
+    }
+
     proptest! {
         #[test]
         fn loader_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
-            let _ = durable::unframe(Path::new("x"), MAGIC, &bytes);
-            let _ = decode(&bytes);
+            let _ = decode(&bytes, true);
+            let _ = decode(&bytes, false);
+            for magic in [MAGIC, MAGIC_V1] {
+                let _ = parse(Path::new("x"), &framed(magic, &bytes));
+            }
+        }
+
+        #[test]
+        fn decoder_never_panics_on_damaged_payloads(
+            marks in marks_strategy(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            // Damage behind a valid checksum: only the decoder stands guard.
+            let mut payload = encode(&marks);
+            let i = at.index(payload.len());
+            payload[i] = byte;
+            payload.truncate(cut.index(payload.len() + 1));
+            let _ = parse(Path::new("x"), &framed(MAGIC, &payload));
+            let _ = parse(Path::new("x"), &framed(MAGIC_V1, &payload));
         }
 
         #[test]
         fn loader_reports_any_single_bit_flip(
-            entries in proptest::collection::btree_map("[a-z]{1,12}", any::<u64>(), 0..8),
+            marks in marks_strategy(),
             flip in any::<prop::sample::Index>(),
         ) {
-            let marks: BTreeMap<_, _> = entries
-                .into_iter()
-                .map(|(k, v)| (ResourceName::new(k).unwrap(), FencingToken::new(v)))
-                .collect();
-            let mut framed = MAGIC.to_vec();
-            framed.extend_from_slice(&encode(&marks));
-            framed.extend_from_slice(&crc32fast::hash(&framed).to_le_bytes());
-            let payload = durable::unframe(Path::new("x"), MAGIC, &framed).unwrap();
-            prop_assert_eq!(decode(&payload).unwrap(), marks);
-            let bit = flip.index(framed.len() * 8);
-            framed[bit / 8] ^= 1 << (bit % 8);
-            prop_assert!(durable::unframe(Path::new("x"), MAGIC, &framed).is_err());
+            let mut bytes = framed(MAGIC, &encode(&marks));
+            prop_assert_eq!(parse(Path::new("x"), &bytes).unwrap(), marks);
+            let bit = flip.index(bytes.len() * 8);
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(parse(Path::new("x"), &bytes).is_err());
         }
     }
 }

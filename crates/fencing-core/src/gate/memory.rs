@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use async_trait::async_trait;
 
-use super::{check_token, Gate};
+use super::{check_source, check_token, Gate};
 use crate::error::Result;
+use crate::grant::SourceId;
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
@@ -17,9 +18,63 @@ use crate::token::FencingToken;
 /// or a gate inside the store.
 #[derive(Debug, Default)]
 pub struct MemoryGate {
-    // Known resources are admitted under the read lock with one atomic
-    // compare-and-swap; the write lock is only taken for a new resource.
-    marks: RwLock<HashMap<ResourceName, Arc<AtomicU64>>>,
+    // Known resources are admitted under the read lock; the write lock is
+    // only taken for a new resource.
+    marks: RwLock<HashMap<ResourceName, Arc<Slot>>>,
+}
+
+/// One resource's mark.
+///
+/// A bound mark's source never changes, so bound admits are one atomic
+/// compare-and-swap on `token` with no lock. An unbound mark can become
+/// bound, and the token and the binding must then change as one step: every
+/// writer of an unbound mark (unbound admits and the binding admit) holds
+/// `unbound_writers`, and the binding is published only after the raise.
+#[derive(Debug)]
+struct Slot {
+    token: AtomicU64,
+    source: OnceLock<SourceId>,
+    unbound_writers: Mutex<()>,
+}
+
+impl Slot {
+    fn new(token: FencingToken, source: Option<&SourceId>) -> Arc<Slot> {
+        let slot = Slot {
+            token: AtomicU64::new(token.get()),
+            source: OnceLock::new(),
+            unbound_writers: Mutex::new(()),
+        };
+        if let Some(s) = source {
+            let _ = slot.source.set(s.clone());
+        }
+        Arc::new(slot)
+    }
+
+    fn admit(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        if let Some(bound) = self.source.get() {
+            check_source(resource, Some(bound), source)?;
+            return raise(&self.token, token);
+        }
+        let _writers = self
+            .unbound_writers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // Bound while we waited: the lock-free rule applies again.
+        if let Some(bound) = self.source.get() {
+            check_source(resource, Some(bound), source)?;
+            return raise(&self.token, token);
+        }
+        raise(&self.token, token)?;
+        if let Some(s) = source {
+            let _ = self.source.set(s.clone());
+        }
+        Ok(())
+    }
 }
 
 impl MemoryGate {
@@ -31,21 +86,17 @@ impl MemoryGate {
 
     /// The synchronous form of [`Gate::admit`], for hot paths.
     pub fn admit_now(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        let existing = self.read().get(resource).cloned();
-        let mark = match existing {
-            Some(mark) => mark,
-            None => {
-                let mut map = self.marks.write().unwrap_or_else(|p| p.into_inner());
-                match map.get(resource) {
-                    Some(mark) => mark.clone(),
-                    None => {
-                        map.insert(resource.clone(), Arc::new(AtomicU64::new(token.get())));
-                        return Ok(());
-                    }
-                }
-            }
-        };
-        raise(&mark, token)
+        self.admit_with(resource, None, token)
+    }
+
+    /// The synchronous form of [`Gate::admit_from`], for hot paths.
+    pub fn admit_from_now(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        self.admit_with(resource, Some(source), token)
     }
 
     /// The synchronous form of [`Gate::high_water`].
@@ -53,10 +104,40 @@ impl MemoryGate {
     pub fn high_water_now(&self, resource: &ResourceName) -> Option<FencingToken> {
         self.read()
             .get(resource)
-            .map(|m| FencingToken::new(m.load(Ordering::Acquire)))
+            .map(|m| FencingToken::new(m.token.load(Ordering::Acquire)))
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ResourceName, Arc<AtomicU64>>> {
+    /// The source the resource's mark is bound to, `None` while unbound or
+    /// before the first admit.
+    #[must_use]
+    pub fn bound_source(&self, resource: &ResourceName) -> Option<SourceId> {
+        self.read().get(resource)?.source.get().cloned()
+    }
+
+    fn admit_with(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        let existing = self.read().get(resource).cloned();
+        let slot = match existing {
+            Some(slot) => slot,
+            None => {
+                let mut map = self.marks.write().unwrap_or_else(|p| p.into_inner());
+                match map.get(resource) {
+                    Some(slot) => slot.clone(),
+                    None => {
+                        map.insert(resource.clone(), Slot::new(token, source));
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        slot.admit(resource, source, token)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<ResourceName, Arc<Slot>>> {
         self.marks.read().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -81,6 +162,15 @@ impl Gate for MemoryGate {
         self.admit_now(resource, token)
     }
 
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()> {
+        self.admit_from_now(resource, source, token)
+    }
+
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
         Ok(self.high_water_now(resource))
     }
@@ -90,6 +180,7 @@ impl Gate for MemoryGate {
 mod tests {
     use super::*;
     use crate::error::Error;
+    use crate::grant::SourceId;
 
     #[test]
     fn accepts_equal_and_higher_rejects_lower() {
@@ -106,6 +197,65 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(g.high_water_now(&r), Some(FencingToken::new(9)));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_sources_token_is_refused_and_the_mark_kept() {
+        let g = MemoryGate::new();
+        let r = ResourceName::new("r").unwrap();
+        let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
+        g.admit_from(&r, &a, FencingToken::new(5)).await.unwrap();
+        match g.admit_from(&r, &b, FencingToken::new(9)).await {
+            Err(Error::ForeignSource {
+                expected,
+                presented,
+            }) => {
+                assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
+            }
+            other => panic!("a higher token of another source: {other:?}"),
+        }
+        assert_eq!(g.high_water_now(&r), Some(FencingToken::new(5)));
+        // Still bound to a: its tokens pass, a token naming no source does not.
+        g.admit_from(&r, &a, FencingToken::new(6)).await.unwrap();
+        assert!(matches!(
+            g.admit(&r, FencingToken::new(7)).await,
+            Err(Error::UnnamedSource { .. })
+        ));
+        assert_eq!(g.high_water_now(&r), Some(FencingToken::new(6)));
+    }
+
+    #[test]
+    fn racing_sources_bind_an_unbound_mark_once() {
+        for _ in 0..50 {
+            let g = Arc::new(MemoryGate::new());
+            let r = ResourceName::new("shared").unwrap();
+            g.admit_now(&r, FencingToken::new(1)).unwrap();
+            let threads: Vec<_> = ["a", "b", "a", "b"]
+                .into_iter()
+                .enumerate()
+                .map(|(t, name)| {
+                    let (g, r) = (g.clone(), r.clone());
+                    std::thread::spawn(move || {
+                        let source = SourceId::new(name);
+                        (0..200u64)
+                            .filter(|i| {
+                                let token = FencingToken::new(2 + i * 4 + t as u64);
+                                g.admit_from_now(&r, &source, token).is_ok()
+                            })
+                            .map(|_| name)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let winners: std::collections::BTreeSet<_> = threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect();
+            assert_eq!(winners.len(), 1, "both sources admitted: {winners:?}");
+            let bound = g.bound_source(&r).unwrap();
+            assert_eq!(Some(&bound.as_str()), winners.first());
+            assert!(g.admit_now(&r, FencingToken::new(u64::MAX)).is_err());
+        }
     }
 
     #[test]

@@ -1,24 +1,52 @@
 //! Storage-side gates: keep the highest token accepted per resource and
-//! refuse lower ones.
+//! refuse lower ones, and tokens of another source.
 
 mod file;
 mod memory;
+mod validating;
 
 use async_trait::async_trait;
 
 pub use file::FileGate;
 pub use memory::MemoryGate;
+pub use validating::ValidatingGate;
 
 use crate::error::{Error, Result};
+use crate::grant::{GrantInfo, SourceId};
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
 /// The check a storage runs before it accepts a write.
 ///
-/// `admit` accepts a token greater than or equal to the resource's
-/// high-water mark and raises the mark to it, atomically; it refuses a lower
-/// token with [`Error::Stale`]. Equal tokens pass so a retried write with the
+/// A gate keeps one mark per resource: the highest token it accepted and,
+/// once a bound admit set it, the [`SourceId`] of the source that minted
+/// that token. Tokens of different sources are not comparable (two etcd
+/// clusters, an etcd and a ZooKeeper ensemble, a cluster restored from a
+/// backup), so a gate that mixed them could admit a stale write, or raise a
+/// mark so high that the real holder is refused forever.
+///
+/// - [`admit_from`](Self::admit_from) (and [`admit_grant`](Self::admit_grant))
+///   is the **bound** form, the one to use: it refuses a token of another
+///   source than the mark's with [`Error::ForeignSource`], then applies the
+///   token rule below. The first bound admit of a resource binds its mark.
+/// - [`admit`](Self::admit) is the **unbound** form, for a store that only
+///   ever sees one source and whose writers do not send a source. It applies
+///   the token rule alone while the mark is unbound, and refuses with
+///   [`Error::UnnamedSource`] once a bound admit has bound the mark (it
+///   cannot tell whether the token came from that source).
+///
+/// The token rule: a token greater than or equal to the resource's mark is
+/// accepted and raises the mark to it, atomically; a lower token is refused
+/// with [`Error::Stale`]. Equal tokens pass so a retried write with the
 /// same grant is accepted.
+///
+/// Nothing in a plain gate checks that a token was ever minted: a client
+/// that sends a forged huge token (say `u64::MAX`) is admitted, raises the
+/// mark, and every real holder is refused from then on. Where clients are
+/// not trusted that far, wrap the gate in a [`ValidatingGate`], which asks
+/// the source before it raises a mark. A token is not a credential either:
+/// whoever can present the current token can write, so authenticate
+/// clients separately.
 ///
 /// The gate and the write must act as one step. A store that applies writes
 /// concurrently must hold its own per-resource lock across `admit` and the
@@ -28,33 +56,165 @@ use crate::token::FencingToken;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
-/// use fencing_core::{FencingToken, Gate, MemoryGate, ResourceName, Error};
+/// use fencing_core::{Error, FencingToken, Gate, MemoryGate, ResourceName, SourceId};
 ///
 /// let gate = MemoryGate::new();
 /// let r = ResourceName::new("orders")?;
-/// gate.admit(&r, FencingToken::new(34)).await?;
-/// gate.admit(&r, FencingToken::new(34)).await?; // retry passes
-/// gate.admit(&r, FencingToken::new(35)).await?;
-/// let err = gate.admit(&r, FencingToken::new(34)).await.unwrap_err();
+/// let (etcd, zk) = (SourceId::new("etcd:6b2c"), SourceId::new("zk:prod"));
+/// gate.admit_from(&r, &etcd, FencingToken::new(34)).await?;
+/// gate.admit_from(&r, &etcd, FencingToken::new(34)).await?; // retry passes
+/// gate.admit_from(&r, &etcd, FencingToken::new(35)).await?;
+/// let err = gate.admit_from(&r, &etcd, FencingToken::new(34)).await.unwrap_err();
 /// assert!(matches!(err, Error::Stale { .. }));
+/// // Another source's token is refused, however high: not comparable.
+/// let err = gate.admit_from(&r, &zk, FencingToken::new(1 << 40)).await.unwrap_err();
+/// assert!(matches!(err, Error::ForeignSource { .. }));
+/// assert_eq!(gate.high_water(&r).await?, Some(FencingToken::new(35)));
 /// # Ok(()) }
 /// ```
 #[async_trait]
 pub trait Gate: Send + Sync {
-    /// Accepts `token` if it is not lower than the high-water mark, raising
-    /// the mark; otherwise returns [`Error::Stale`] naming both tokens.
+    /// The unbound form: accepts `token` if it is not lower than the mark,
+    /// raising the mark; otherwise returns [`Error::Stale`] naming both
+    /// tokens. Refused with [`Error::UnnamedSource`] when the mark is bound
+    /// to a source. Use it only where every writer's token comes from one
+    /// source; prefer [`admit_from`](Self::admit_from).
     async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()>;
+
+    /// The bound form: refuses a token of another source than the one the
+    /// mark is bound to with [`Error::ForeignSource`] (the mark unchanged),
+    /// then applies the token rule of [`admit`](Self::admit). An admitted
+    /// token binds an unbound mark to `source`.
+    async fn admit_from(
+        &self,
+        resource: &ResourceName,
+        source: &SourceId,
+        token: FencingToken,
+    ) -> Result<()>;
+
+    /// [`admit_from`](Self::admit_from) with the resource, source and token
+    /// of a grant (`grant.info()`, or the [`GrantInfo`] that
+    /// [`fenced`](crate::fenced) hands its work).
+    async fn admit_grant(&self, grant: &GrantInfo) -> Result<()> {
+        self.admit_from(&grant.resource, &grant.source, grant.token)
+            .await
+    }
 
     /// The high-water mark of a resource, `None` before its first admit.
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
 }
 
-/// The rule every gate applies: `Ok(true)` raises the mark, `Ok(false)` is a
-/// retry at the mark, and a lower token is stale.
+/// A resource's high-water mark and the source it is bound to (`None`
+/// until a bound admit sets it, or when read from an old gate file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// The highest token accepted.
+    pub token: FencingToken,
+    /// The source that minted it, when the mark is bound.
+    pub source: Option<SourceId>,
+}
+
+/// The rule every gate applies to the token: `Ok(true)` raises the mark,
+/// `Ok(false)` is a retry at the mark, and a lower token is stale.
 pub fn check_token(mark: Option<FencingToken>, presented: FencingToken) -> Result<bool> {
     match mark {
         Some(highest) if presented < highest => Err(Error::Stale { presented, highest }),
         Some(highest) => Ok(presented > highest),
         None => Ok(true),
+    }
+}
+
+/// The rule every gate applies to the source, before the token: a bound
+/// mark refuses a token of another source ([`Error::ForeignSource`]) and a
+/// token that names none ([`Error::UnnamedSource`]); an unbound mark takes
+/// any.
+pub fn check_source(
+    resource: &ResourceName,
+    bound: Option<&SourceId>,
+    presented: Option<&SourceId>,
+) -> Result<()> {
+    match (bound, presented) {
+        (None, _) => Ok(()),
+        (Some(b), Some(p)) if b == p => Ok(()),
+        (Some(b), Some(p)) => Err(Error::ForeignSource {
+            expected: b.to_string(),
+            presented: p.to_string(),
+        }),
+        (Some(b), None) => Err(Error::UnnamedSource {
+            resource: resource.to_string(),
+            expected: b.to_string(),
+        }),
+    }
+}
+
+/// Both rules at once: the mark to store after admitting `token` (from
+/// `source`, `None` for the unbound form) against `current`, `Ok(None)`
+/// when the mark stays as it is (a retry), or the refusal.
+pub fn next_mark(
+    resource: &ResourceName,
+    current: Option<&Mark>,
+    source: Option<&SourceId>,
+    token: FencingToken,
+) -> Result<Option<Mark>> {
+    let bound = current.and_then(|m| m.source.as_ref());
+    check_source(resource, bound, source)?;
+    let raises = check_token(current.map(|m| m.token), token)?;
+    // An unbound mark takes the source of the first bound admit, also at
+    // an equal token.
+    let binds = bound.is_none() && source.is_some();
+    Ok((raises || binds).then(|| Mark {
+        token,
+        source: bound.or(source).cloned(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(token: u64, source: Option<&str>) -> Mark {
+        Mark {
+            token: FencingToken::new(token),
+            source: source.map(SourceId::new),
+        }
+    }
+
+    #[test]
+    fn next_mark_binds_checks_the_source_first_then_the_token() {
+        let r = ResourceName::new("r").unwrap();
+        let (a, b) = (SourceId::new("a"), SourceId::new("b"));
+        let t = FencingToken::new;
+        assert_eq!(
+            next_mark(&r, None, Some(&a), t(5)).unwrap(),
+            Some(mark(5, Some("a")))
+        );
+        assert_eq!(
+            next_mark(&r, None, None, t(5)).unwrap(),
+            Some(mark(5, None))
+        );
+        let bound = mark(5, Some("a"));
+        assert_eq!(next_mark(&r, Some(&bound), Some(&a), t(5)).unwrap(), None);
+        assert!(matches!(
+            next_mark(&r, Some(&bound), Some(&b), t(9)),
+            Err(Error::ForeignSource { .. })
+        ));
+        assert!(matches!(
+            next_mark(&r, Some(&bound), Some(&b), t(1)),
+            Err(Error::ForeignSource { .. })
+        ));
+        assert!(matches!(
+            next_mark(&r, Some(&bound), None, t(9)),
+            Err(Error::UnnamedSource { .. })
+        ));
+        let unbound = mark(5, None);
+        assert_eq!(
+            next_mark(&r, Some(&unbound), Some(&b), t(5)).unwrap(),
+            Some(mark(5, Some("b")))
+        );
+        assert!(matches!(
+            next_mark(&r, Some(&unbound), Some(&b), t(4)),
+            Err(Error::Stale { .. })
+        ));
+        assert_eq!(next_mark(&r, Some(&unbound), None, t(5)).unwrap(), None);
     }
 }

@@ -62,6 +62,14 @@ impl Gate for FailingGate {
             reason: "disk on fire".into(),
         })
     }
+    async fn admit_from(
+        &self,
+        r: &ResourceName,
+        _: &fencing_core::SourceId,
+        t: FencingToken,
+    ) -> fencing_core::Result<()> {
+        self.admit(r, t).await
+    }
     async fn high_water(&self, _: &ResourceName) -> fencing_core::Result<Option<FencingToken>> {
         Ok(None)
     }
