@@ -128,6 +128,9 @@ pub struct ZkOptions {
     /// opens sessions (the server refuses to close them) and leaves them
     /// to expire.
     pub require_sasl: bool,
+    /// The servers' `minSessionTimeout` (the harness's default is 400 ms):
+    /// sessions asking for less get this.
+    pub min_session_timeout: Duration,
 }
 
 impl ZkOptions {
@@ -140,7 +143,15 @@ impl ZkOptions {
             client_auth: false,
             sasl_users: Vec::new(),
             require_sasl: false,
+            min_session_timeout: Duration::from_millis(400),
         }
+    }
+
+    /// Sets the servers' `minSessionTimeout`.
+    #[must_use]
+    pub fn min_session_timeout(mut self, at_least: Duration) -> Self {
+        self.min_session_timeout = at_least;
+        self
     }
 
     /// Serves TLS on a second client port with `files`; `client_auth`
@@ -657,11 +668,12 @@ impl ZkEnsemble {
              clientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
-             minSessionTimeout=400\n\
+             minSessionTimeout={}\n\
              maxSessionTimeout=60000\n\
              autopurge.purgeInterval=0\n",
             data.display(),
             s.client_port,
+            self.options.min_session_timeout.as_millis(),
         );
         if let (Some(files), Some(key_store)) = (&self.options.tls, &self.key_store) {
             // Keys ZooKeeper does not know become `zookeeper.`-prefixed

@@ -388,3 +388,41 @@ on_each_backend!(
     leadership_never_overlaps,
     follower_observes_each_leader,
 );
+
+/// ZooKeeper raises a 3 s session timeout to the servers' 9 s minimum, so
+/// heartbeats come every 3 s, and a 2 s renew deadline would end every term
+/// between two renewals. The elector must refuse that configuration by
+/// name instead of electing leaders that always step down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_negotiated_timeout_too_long_for_the_renew_deadline_is_refused() {
+    use fencing_integration::zk_ensemble::{ZkEnsemble, ZkOptions};
+    let options = ZkOptions::new(ZkVersion::V3_9, 1).min_session_timeout(Duration::from_secs(9));
+    let ensemble = ZkEnsemble::start_with(options)
+        .await
+        .expect("start ZooKeeper");
+    let url = format!("zk://{}/elections", ensemble.connect_string());
+    let source = fencing::connect(&url).await.expect("connect");
+    let config = ElectionConfig::new("short-deadline")
+        .lease_duration(LEASE)
+        .renew_deadline(RENEW)
+        .retry_period(RETRY);
+    let elector = LeaderElector::new(source, election(), config).unwrap();
+    match timeout(PATIENCE, elector.campaign())
+        .await
+        .expect("campaign")
+    {
+        Err(Error::Config(message)) => {
+            assert!(message.contains("renew_deadline"), "{message}");
+            eprintln!("refused: {message}");
+        }
+        Ok(leadership) => {
+            let elected = Instant::now();
+            let why = leadership.lost().await;
+            panic!(
+                "elected, and lost again after {:?}: {why}",
+                elected.elapsed()
+            );
+        }
+        Err(other) => panic!("{other:?}"),
+    }
+}

@@ -114,6 +114,10 @@ pub struct GrantInfo {
     pub key: String,
     /// The lease length the grant was taken with.
     pub ttl: Duration,
+    /// How often the backend renews the lease: a third of the TTL for
+    /// etcd, ZooKeeper and LocalSource, the retry period for Kubernetes.
+    /// A deadline counted from the last renewal must leave room for it.
+    pub renew_interval: Duration,
 }
 
 /// A granted lock or lease and its fencing token.

@@ -39,9 +39,12 @@ pub struct ElectionConfig {
     /// having lost leadership (it steps down before the lease can run out at
     /// the coordinator).
     ///
-    /// It must comfortably exceed the backend's renewal interval (about a
-    /// third of the lease for every built-in source) plus one round trip,
-    /// or a healthy leader steps down between two renewals.
+    /// It must comfortably exceed the backend's renewal interval (a third
+    /// of the grant's TTL on etcd, ZooKeeper and LocalSource, the retry
+    /// period on Kubernetes) plus one round trip, or a healthy leader steps
+    /// down between two renewals. `campaign` checks it against the TTL the
+    /// source actually granted and refuses with [`Error::Config`] below
+    /// 1.2 x the interval.
     pub renew_deadline: Duration,
     /// How often an [`Observer`](crate::Observer) asks for the current
     /// leader, and the pause before a candidate retries after a transient

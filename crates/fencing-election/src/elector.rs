@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use fencing_core::{AcquireOptions, Error, FencingSource, ResourceName, Result};
+use fencing_core::{AcquireOptions, Error, FencingSource, GrantInfo, ResourceName, Result};
 
 use crate::config::ElectionConfig;
 use crate::observer::Observer;
@@ -91,6 +91,10 @@ impl LeaderElector {
         loop {
             let error = match self.source.acquire(&self.election, &options).await {
                 Ok(grant) => {
+                    if let Err(e) = self.check_renewals(grant.info()) {
+                        let _ = grant.release().await;
+                        return Err(e);
+                    }
                     let leadership = Leadership::new(grant, self.config.renew_deadline);
                     // A grant that took longer than the renew deadline to
                     // come back is no leadership: drop it and try again.
@@ -116,6 +120,25 @@ impl LeaderElector {
             );
             tokio::time::sleep(self.config.retry_period).await;
         }
+    }
+
+    /// Refuses a term whose lease the source renews too rarely for the
+    /// renew deadline: the leader would step down between two renewals,
+    /// every term. Known only once granted, because the source may change
+    /// the TTL (ZooKeeper negotiates the session timeout within the
+    /// server's bounds; etcd rounds up to whole seconds).
+    fn check_renewals(&self, grant: &GrantInfo) -> Result<()> {
+        let needed = grant.renew_interval * 6 / 5;
+        if self.config.renew_deadline > needed {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "the source renews this election's lease every {:?} (TTL {:?}, asked for {:?}), \
+             so renew_deadline {:?} would end every term between two renewals; it must \
+             exceed {needed:?}: raise renew_deadline or lower lease_duration (on ZooKeeper \
+             the server's minSessionTimeout may have raised the TTL)",
+            grant.renew_interval, grant.ttl, self.config.lease_duration, self.config.renew_deadline
+        )))
     }
 
     /// The current leader and every change, for followers. Polls the source

@@ -256,6 +256,7 @@ impl EtcdSource {
             source: self.inner.identity.clone(),
             key: keys.mine.clone(),
             ttl: session.ttl,
+            renew_interval: session.ttl / 3,
         };
         let backend = EtcdGrant {
             conn: conn.clone(),

@@ -300,6 +300,7 @@ impl KubeLeaseSource {
             source: self.inner.identity.clone(),
             key: key.encode(),
             ttl: timings.lease,
+            renew_interval: timings.retry,
         };
         tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
         let tracker = LeaseTracker::new(sent, timings.renew);

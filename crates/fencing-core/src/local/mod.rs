@@ -164,6 +164,7 @@ impl LocalSource {
                     source: self.inner.identity.clone(),
                     key: key.display().to_string(),
                     ttl,
+                    renew_interval: ttl / 3,
                 };
                 let lease = LeaseTracker::new(sent, ttl);
                 let renewer = tokio::spawn(renew_loop(self.clone(), info.clone(), lease.clone()));
@@ -190,7 +191,7 @@ fn check_ttl(ttl: Duration) -> Result<()> {
 
 /// Renews every TTL/3 until the grant is lost or released.
 async fn renew_loop(source: LocalSource, info: GrantInfo, lease: LeaseTracker) {
-    let period = info.ttl / 3;
+    let period = info.renew_interval;
     loop {
         tokio::select! {
             _ = lease.lost() => return,
