@@ -65,6 +65,16 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A source id that cannot be read from its text form (an HTTP
+    /// `Fencing-Source` header that is not canonical, say).
+    #[error("invalid fencing source {input:?}: {reason}")]
+    InvalidSource {
+        /// The rejected input (truncated for display).
+        input: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
     /// A token or grant minted by a different source than the one asked: a
     /// source's `validate`, or a gate whose mark for the resource is bound
     /// to another source. Tokens of different sources are not comparable.
@@ -175,6 +185,14 @@ fn echo(input: &str) -> String {
 impl Error {
     pub(crate) fn invalid_token(input: impl AsRef<str>, reason: &'static str) -> Self {
         Error::InvalidToken {
+            input: echo(input.as_ref()),
+            reason,
+        }
+    }
+
+    /// Builds [`Error::InvalidSource`], truncating a long input for display.
+    pub fn invalid_source(input: impl AsRef<str>, reason: &'static str) -> Self {
+        Error::InvalidSource {
             input: echo(input.as_ref()),
             reason,
         }

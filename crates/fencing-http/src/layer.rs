@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::body::FencingBody;
 use crate::rejection::{token_from_headers, Rejection};
+use crate::source::source_from_headers;
 
 /// Finds the resource a request writes to. Returning `None` makes the layer
 /// answer 400 for a gated request.
@@ -118,11 +119,14 @@ impl Methods {
 /// For each gated request the service:
 ///
 /// 1. reads the token from the `Fencing-Token` header ([`HEADER`](crate::HEADER),
-///    canonical decimal) and the resource from the request with its
-///    [`ResourceExtractor`];
+///    canonical decimal), the source that minted it from the optional
+///    `Fencing-Source` header ([`SOURCE_HEADER`](crate::SOURCE_HEADER)),
+///    and the resource from the request with its [`ResourceExtractor`];
 /// 2. takes a per-resource async mutex, shared by every service this layer
 ///    (and its clones) produced;
-/// 3. admits the token through the [`Gate`];
+/// 3. admits the token through the [`Gate`]: with a source header through
+///    [`Gate::admit_from`] (a token of another source than the mark's is
+///    refused), without one through the unbound [`Gate::admit`];
 /// 4. calls the inner service and holds the mutex until the inner
 ///    service's future has finished, i.e. until the handler returned its
 ///    response.
@@ -145,11 +149,19 @@ impl Methods {
 /// | header missing | 400 | `{"error":"missing Fencing-Token header"}` |
 /// | header malformed or repeated | 400 | `{"error":"invalid fencing token \"-1\": ..."}` |
 /// | no resource, or not a valid [`ResourceName`] | 400 | `{"error":"invalid resource name ..."}` |
+/// | source header malformed or repeated | 400 | `{"error":"invalid fencing source \"%zz\": ..."}` |
 /// | token below the gate's mark | 409 | `{"error":"stale fencing token","presented":3,"highest":5}` |
+/// | mark bound to another source | 409 | `{"error":"foreign fencing source","resource":"/kv/a","expected":"etcd:6b2c","presented":"zk:prod"}` |
+/// | mark bound to a source, no source header | 409 | `{"error":"fencing source required","resource":"/kv/a","expected":"etcd:6b2c"}` |
+/// | a [`ValidatingGate`](fencing_core::ValidatingGate) knows no live grant with the token | 409 | `{"error":"unknown fencing token","resource":"/kv/a","token":99}` |
 /// | the gate failed (I/O, backend) | 503 | `{"error":"fencing gate unavailable"}` (details are logged, not sent) |
 ///
 /// A token equal to the mark passes, so a retried write with the same grant
-/// is accepted. By default only unsafe methods are gated: GET, HEAD,
+/// is accepted. Clients turn a 409 back into the gate's error with
+/// [`refusal_from_response`](crate::refusal_from_response). Stores that
+/// face untrusted clients should wrap their gate in a
+/// [`ValidatingGate`](fencing_core::ValidatingGate): a plain gate admits a
+/// forged huge token and then refuses every real holder. By default only unsafe methods are gated: GET, HEAD,
 /// OPTIONS and TRACE pass through without a token and without the mutex;
 /// change this with [`gate_all_methods`](Self::gate_all_methods) or
 /// [`gate_methods`](Self::gate_methods).
@@ -320,16 +332,18 @@ where
             .map_err(Rejection::MalformedToken)
             .and_then(|t| t.ok_or(Rejection::MissingToken))
             .and_then(|token| {
+                let source =
+                    source_from_headers(request.headers()).map_err(Rejection::MalformedSource)?;
                 let name = self
                     .extractor
                     .extract(&request)
                     .ok_or(Rejection::NoResource)?;
                 // A gate key never reaches a coordinator, so paths keep their form.
                 let resource = ResourceName::nonportable(name).map_err(Rejection::BadResource)?;
-                Ok((token, resource))
+                Ok((token, source, resource))
             });
-        let (token, resource) = match checked {
-            Ok(pair) => pair,
+        let (token, source, resource) = match checked {
+            Ok(checked) => checked,
             Err(rejection) => return reject(rejection),
         };
         // The clone that was driven to readiness serves this request.
@@ -338,8 +352,13 @@ where
         let (gate, locks) = (self.gate.clone(), self.locks.clone());
         Box::pin(async move {
             let _held = ResourceLock::acquire(locks, resource).await;
-            if let Err(e) = gate.admit(_held.resource(), token).await {
-                let rejection = Rejection::from_gate(e);
+            let r = _held.resource();
+            let admitted = match &source {
+                Some(source) => gate.admit_from(r, source, token).await,
+                None => gate.admit(r, token).await,
+            };
+            if let Err(e) = admitted {
+                let rejection = Rejection::from_gate(e, r);
                 tracing::debug!(resource = %_held.resource(), %token, ?rejection, "fenced write refused");
                 return Ok(rejection.into_response());
             }

@@ -4,11 +4,15 @@
 //! itself keeps the high-water marks of its resources in a
 //! [`Gate`](fencing_core::Gate) and wraps its handlers in a
 //! [`FencingLayer`]. Clients send the token of their grant in the
-//! `Fencing-Token` header; a write with a token lower than the highest the
-//! store accepted for that resource is refused with `409 Conflict` before it
-//! reaches the handler, and the client turns that answer back into
-//! [`Error::Stale`](fencing_core::Error::Stale) with
-//! [`stale_from_response`] and re-acquires.
+//! `Fencing-Token` header and the source that minted it in
+//! `Fencing-Source` ([`FencedRequest::fencing_grant`] sets both); a write
+//! with a token lower than the highest the store accepted for that
+//! resource, or a token of another source than the one that set the mark,
+//! is refused with `409 Conflict` before it reaches the handler, and the
+//! client turns that answer back into the gate's error
+//! ([`Error::Stale`](fencing_core::Error::Stale),
+//! [`Error::ForeignSource`](fencing_core::Error::ForeignSource), ...) with
+//! [`refusal_from_response`].
 //!
 //! The layer is plain tower (no axum dependency), so it fits axum, hyper or
 //! any tower-based server. Admit and write act as one step: the layer holds
@@ -19,8 +23,8 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::sync::Arc;
 //! use axum::{body::Body, routing::put, Router};
-//! use fencing_core::{Error, FencingToken, MemoryGate};
-//! use fencing_http::{stale_from_response, FencedRequest, FencingLayer};
+//! use fencing_core::{Error, FencingToken, MemoryGate, SourceId};
+//! use fencing_http::{refusal_from_response, FencedRequest, FencingLayer};
 //! use http::{Request, StatusCode};
 //! use http_body_util::BodyExt;
 //! use tower::ServiceExt;
@@ -31,24 +35,33 @@
 //!     .route("/kv/{key}", put(|body: String| async move { body }))
 //!     .layer(FencingLayer::by_path(gate));
 //!
-//! // Client: attach the token of the grant (here a bare token).
-//! let write = |token: u64| {
+//! // Client: attach the token and source of the grant (`.fencing_grant(&grant)`
+//! // sets both; here bare values).
+//! let write = |token: u64, source: &str| {
 //!     Request::put("/kv/a")
 //!         .fencing_token(FencingToken::new(token))
+//!         .fencing_source(&SourceId::new(source))
 //!         .body(Body::from("v"))
 //!         .unwrap()
 //! };
-//! let ok = app.clone().oneshot(write(35)).await.unwrap();
+//! let refusal = |response: http::Response<_>| async move {
+//!     let status = response.status();
+//!     let body = BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+//!     assert_eq!(status, StatusCode::CONFLICT);
+//!     refusal_from_response(status, &body)
+//! };
+//! let ok = app.clone().oneshot(write(35, "etcd:6b2c")).await.unwrap();
 //! assert_eq!(ok.status(), StatusCode::OK);
 //!
-//! let refused = app.clone().oneshot(write(34)).await.unwrap();
-//! let status = refused.status();
-//! let body = refused.into_body().collect().await.unwrap().to_bytes();
-//! assert_eq!(status, StatusCode::CONFLICT);
-//! match stale_from_response(status, &body) {
+//! match refusal(app.clone().oneshot(write(34, "etcd:6b2c")).await.unwrap()).await {
 //!     Some(Error::Stale { presented, highest }) => {
 //!         assert_eq!((presented.get(), highest.get()), (34, 35)); // re-acquire
 //!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! // Another source's token is not comparable, however high.
+//! match refusal(app.clone().oneshot(write(99, "zk:prod")).await.unwrap()).await {
+//!     Some(Error::ForeignSource { expected, .. }) => assert_eq!(expected, "etcd:6b2c"),
 //!     other => panic!("{other:?}"),
 //! }
 //! # }
@@ -60,13 +73,22 @@ mod body;
 mod client;
 mod layer;
 mod rejection;
+mod source;
 
 pub use body::FencingBody;
-pub use client::{FencedRequest, IntoFencingToken};
+pub use client::{FencedRequest, FencingGrant, IntoFencingToken};
 pub use layer::{ByPath, FencingLayer, FencingService, ResourceExtractor, ResponseFuture};
-pub use rejection::{stale_from_response, token_from_headers};
+pub use rejection::{refusal_from_response, stale_from_response, token_from_headers};
+pub use source::{source_from_headers, source_header_value, MAX_SOURCE_HEADER_LEN};
 
 /// The request header carrying the fencing token, in canonical decimal.
 /// Header names are case-insensitive: `Fencing-Token` on the wire is the
 /// same header.
 pub const HEADER: &str = "fencing-token";
+
+/// The optional request header naming the source that minted the token
+/// (see [`source_header_value`] for its one spelling). With it the layer
+/// admits through [`Gate::admit_from`](fencing_core::Gate::admit_from), so
+/// a token of another source than the resource's mark is refused; without
+/// it through the unbound [`Gate::admit`](fencing_core::Gate::admit).
+pub const SOURCE_HEADER: &str = "fencing-source";

@@ -1,8 +1,8 @@
 //! Reading the token header, the layer's error responses, and turning a
-//! 409 body back into [`Error::Stale`].
+//! 409 body back into the gate's error.
 
 use bytes::Bytes;
-use fencing_core::{Error, FencingToken};
+use fencing_core::{Error, FencingToken, ResourceName};
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use serde_json::Value;
@@ -14,6 +14,13 @@ use crate::HEADER;
 pub(crate) const STALE_MESSAGE: &str = "stale fencing token";
 /// The `error` text of a 400 response for a request without the header.
 pub(crate) const MISSING_MESSAGE: &str = "missing Fencing-Token header";
+/// The `error` text of a 409 response for a token of another source.
+pub(crate) const FOREIGN_MESSAGE: &str = "foreign fencing source";
+/// The `error` text of a 409 response for a token without a source at a
+/// bound mark.
+pub(crate) const UNNAMED_MESSAGE: &str = "fencing source required";
+/// The `error` text of a 409 response for a token no live grant carries.
+pub(crate) const UNKNOWN_MESSAGE: &str = "unknown fencing token";
 /// The `error` text of a 503 response.
 pub(crate) const UNAVAILABLE_MESSAGE: &str = "fencing gate unavailable";
 
@@ -78,20 +85,49 @@ pub(crate) enum Rejection {
     /// The extractor's resource is not a valid `ResourceName`, or the gate
     /// refused the name.
     BadResource(Error),
+    /// A `Fencing-Source` header that does not hold one canonical id.
+    MalformedSource(Error),
     /// The gate refused a token lower than its high-water mark.
     Stale {
         presented: FencingToken,
         highest: FencingToken,
+    },
+    /// The mark is bound to another source than the request's.
+    ForeignSource {
+        resource: String,
+        expected: String,
+        presented: String,
+    },
+    /// The mark is bound to a source and the request named none.
+    UnnamedSource { resource: String, expected: String },
+    /// A validating gate found no live grant carrying the token.
+    UnknownToken {
+        resource: String,
+        token: FencingToken,
     },
     /// The gate could not decide (I/O, backend, corrupt state).
     GateUnavailable,
 }
 
 impl Rejection {
-    /// Sorts an error returned by [`Gate::admit`](fencing_core::Gate::admit).
-    pub(crate) fn from_gate(error: Error) -> Self {
+    /// Sorts an error returned by [`Gate::admit`](fencing_core::Gate::admit)
+    /// or [`Gate::admit_from`](fencing_core::Gate::admit_from) for `resource`.
+    pub(crate) fn from_gate(error: Error, resource: &ResourceName) -> Self {
+        let resource = resource.to_string();
         match error {
             Error::Stale { presented, highest } => Rejection::Stale { presented, highest },
+            Error::ForeignSource {
+                expected,
+                presented,
+            } => Rejection::ForeignSource {
+                resource,
+                expected,
+                presented,
+            },
+            Error::UnnamedSource { expected, .. } => {
+                Rejection::UnnamedSource { resource, expected }
+            }
+            Error::UnknownToken { token, .. } => Rejection::UnknownToken { resource, token },
             e @ (Error::InvalidResource { .. } | Error::InvalidToken { .. }) => {
                 Rejection::BadResource(e)
             }
@@ -107,15 +143,21 @@ impl Rejection {
             Rejection::MissingToken
             | Rejection::MalformedToken(_)
             | Rejection::NoResource
+            | Rejection::MalformedSource(_)
             | Rejection::BadResource(_) => StatusCode::BAD_REQUEST,
-            Rejection::Stale { .. } => StatusCode::CONFLICT,
+            Rejection::Stale { .. }
+            | Rejection::ForeignSource { .. }
+            | Rejection::UnnamedSource { .. }
+            | Rejection::UnknownToken { .. } => StatusCode::CONFLICT,
             Rejection::GateUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     /// The JSON body, keys in a fixed order: `error` first, then for a
-    /// stale token `presented` and `highest` as JSON numbers.
+    /// stale token `presented` and `highest` as JSON numbers; for the other
+    /// 409 answers `resource` and what refused the request.
     pub(crate) fn body(&self) -> String {
+        let text = |s: &str| Value::String(s.to_owned());
         let message = match self {
             Rejection::Stale { presented, highest } => {
                 return format!(
@@ -124,8 +166,36 @@ impl Rejection {
                     highest.get()
                 );
             }
+            Rejection::ForeignSource {
+                resource,
+                expected,
+                presented,
+            } => {
+                return format!(
+                    r#"{{"error":"{FOREIGN_MESSAGE}","resource":{},"expected":{},"presented":{}}}"#,
+                    text(resource),
+                    text(expected),
+                    text(presented)
+                );
+            }
+            Rejection::UnnamedSource { resource, expected } => {
+                return format!(
+                    r#"{{"error":"{UNNAMED_MESSAGE}","resource":{},"expected":{}}}"#,
+                    text(resource),
+                    text(expected)
+                );
+            }
+            Rejection::UnknownToken { resource, token } => {
+                return format!(
+                    r#"{{"error":"{UNKNOWN_MESSAGE}","resource":{},"token":{}}}"#,
+                    text(resource),
+                    token.get()
+                );
+            }
             Rejection::MissingToken => MISSING_MESSAGE.to_owned(),
-            Rejection::MalformedToken(e) | Rejection::BadResource(e) => e.to_string(),
+            Rejection::MalformedToken(e)
+            | Rejection::MalformedSource(e)
+            | Rejection::BadResource(e) => e.to_string(),
             Rejection::NoResource => "the request names no fenced resource".to_owned(),
             Rejection::GateUnavailable => UNAVAILABLE_MESSAGE.to_owned(),
         };
@@ -151,7 +221,7 @@ impl Rejection {
 /// answer.
 ///
 /// ```
-/// use fencing_core::{Error, FencingToken};
+/// use fencing_core::{Error, FencingToken, ResourceName};
 /// use http::StatusCode;
 ///
 /// let body = br#"{"error":"stale fencing token","presented":3,"highest":5}"#;
@@ -165,16 +235,58 @@ impl Rejection {
 /// ```
 #[must_use]
 pub fn stale_from_response(status: StatusCode, body: &[u8]) -> Option<Error> {
+    refusal_from_response(status, body).filter(|e| matches!(e, Error::Stale { .. }))
+}
+
+/// Turns the body of a 409 answer from a [`FencingLayer`](crate::FencingLayer)
+/// back into the gate's error: [`Error::Stale`], [`Error::ForeignSource`],
+/// [`Error::UnnamedSource`] or [`Error::UnknownToken`]. Stale and unknown
+/// tokens are answered by re-acquiring
+/// ([`Error::needs_reacquire`]); the source errors by fixing how the
+/// client names its source or which store it writes to.
+///
+/// `None` for any other status or a body that is not one of the layer's
+/// 409 answers.
+///
+/// ```
+/// use fencing_core::Error;
+/// use http::StatusCode;
+///
+/// let body = br#"{"error":"foreign fencing source","resource":"/kv/a","expected":"etcd:6b2c","presented":"zk:prod"}"#;
+/// match fencing_http::refusal_from_response(StatusCode::CONFLICT, body) {
+///     Some(Error::ForeignSource { expected, presented }) => {
+///         assert_eq!((expected.as_str(), presented.as_str()), ("etcd:6b2c", "zk:prod"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[must_use]
+pub fn refusal_from_response(status: StatusCode, body: &[u8]) -> Option<Error> {
     if status != StatusCode::CONFLICT {
         return None;
     }
     let value: Value = serde_json::from_slice(body).ok()?;
-    if value.get("error")?.as_str()? != STALE_MESSAGE {
-        return None;
-    }
-    let presented = FencingToken::new(value.get("presented")?.as_u64()?);
-    let highest = FencingToken::new(value.get("highest")?.as_u64()?);
-    Some(Error::Stale { presented, highest })
+    let text = |key: &str| value.get(key)?.as_str().map(str::to_owned);
+    let number = |key: &str| value.get(key)?.as_u64().map(FencingToken::new);
+    Some(match value.get("error")?.as_str()? {
+        STALE_MESSAGE => Error::Stale {
+            presented: number("presented")?,
+            highest: number("highest")?,
+        },
+        FOREIGN_MESSAGE => Error::ForeignSource {
+            expected: text("expected")?,
+            presented: text("presented")?,
+        },
+        UNNAMED_MESSAGE => Error::UnnamedSource {
+            resource: text("resource")?,
+            expected: text("expected")?,
+        },
+        UNKNOWN_MESSAGE => Error::UnknownToken {
+            resource: text("resource")?,
+            token: number("token")?,
+        },
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -276,11 +388,46 @@ mod tests {
         let bad = Rejection::BadResource(fencing_core::ResourceName::new("").unwrap_err());
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
         assert!(error_of(&bad).contains("empty"));
-        let io = Rejection::from_gate(Error::Config("secret path".into()));
+        let io = Rejection::from_gate(
+            Error::Config("secret path".into()),
+            &fencing_core::ResourceName::new("r").unwrap(),
+        );
         assert_eq!(io.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(io.body(), r#"{"error":"fencing gate unavailable"}"#);
         let quoted = Rejection::MalformedToken("\"}{".parse::<FencingToken>().unwrap_err());
         assert!(error_of(&quoted).contains("\"}{"));
+    }
+
+    #[test]
+    fn every_conflict_body_turns_back_into_its_error() {
+        let r = ResourceName::nonportable("/kv/\"a\"").unwrap();
+        for error in [
+            Error::Stale {
+                presented: FencingToken::new(3),
+                highest: FencingToken::new(5),
+            },
+            Error::ForeignSource {
+                expected: "etcd:a".into(),
+                presented: "zk:\"b\"".into(),
+            },
+            Error::UnnamedSource {
+                resource: r.to_string(),
+                expected: "etcd:a".into(),
+            },
+            Error::UnknownToken {
+                resource: r.to_string(),
+                token: FencingToken::new(u64::MAX),
+            },
+        ] {
+            let shown = error.to_string();
+            let rejection = Rejection::from_gate(error, &r);
+            assert_eq!(rejection.status(), StatusCode::CONFLICT);
+            let back = refusal_from_response(StatusCode::CONFLICT, rejection.body().as_bytes())
+                .unwrap_or_else(|| panic!("{}", rejection.body()));
+            assert_eq!(back.to_string(), shown);
+        }
+        let stale = br#"{"error":"unknown fencing token","resource":"r","token":3}"#;
+        assert!(stale_from_response(StatusCode::CONFLICT, stale).is_none());
     }
 
     #[test]

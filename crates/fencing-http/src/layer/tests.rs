@@ -370,3 +370,63 @@ async fn different_resources_do_not_wait_for_each_other_and_cancelled_waiters_le
     let _ = holder.await;
     assert_eq!(layer.locks.len(), 0);
 }
+
+fn put_from(path: &str, token: &str, source: &str) -> Request<String> {
+    Request::put(path)
+        .header("Fencing-Token", token)
+        .header("Fencing-Source", source)
+        .body(String::new())
+        .unwrap()
+}
+
+/// A token from source A sets the mark; a higher token from source B is
+/// refused with 409 naming both sources, and the mark is unchanged.
+#[tokio::test]
+async fn a_higher_token_of_another_source_is_refused() {
+    let log = Log::default();
+    let gate = Arc::new(MemoryGate::new());
+    let svc = FencingLayer::by_path(gate.clone()).layer(recorder(log.clone()));
+    let (s, _) = answer(
+        svc.clone()
+            .oneshot(put_from("/kv/a", "5", "etcd:a"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, body) = answer(
+        svc.clone()
+            .oneshot(put_from("/kv/a", "9", "zk:b"))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{body}");
+    assert_eq!(
+        body,
+        r#"{"error":"foreign fencing source","resource":"/kv/a","expected":"etcd:a","presented":"zk:b"}"#
+    );
+    let r = ResourceName::nonportable("/kv/a").unwrap();
+    assert_eq!(gate.high_water_now(&r), Some(FencingToken::new(5)));
+    // A token that names no source cannot pass a bound mark either.
+    let (s, body) = answer(svc.clone().oneshot(put("/kv/a", Some("9"))).await.unwrap()).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("fencing source required"), "{body}");
+    assert_eq!(gate.high_water_now(&r), Some(FencingToken::new(5)));
+    let malformed = svc.clone().oneshot(put_from("/kv/a", "9", "etcd%3aa"));
+    let (s, body) = answer(malformed.await.unwrap()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("invalid fencing source"), "{body}");
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "inner service called for a refusal"
+    );
+    let same = svc.clone().oneshot(put_from("/kv/a", "6", "etcd:a"));
+    let (s, _) = answer(same.await.unwrap()).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the source that set the mark still writes"
+    );
+}
