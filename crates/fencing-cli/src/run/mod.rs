@@ -1,19 +1,35 @@
-//! `fence run`: hold a lock for exactly as long as a command runs, and stop
-//! the command the moment the lock may be lost.
+//! `fence run`: hold a lock for exactly as long as a command runs, and make
+//! sure the command is dead before anyone else can be granted the lock.
+//!
+//! - [`rule`]: when stopping starts (SIGTERM `--grace` before the kill
+//!   time, SIGKILL W/20 before the local deadline) and which graces fit;
+//! - [`group`]: the command runs as the leader of its own process group,
+//!   and every stop targets the whole group, also after a normal exit;
+//! - [`watchdog`]: a second process kills the group if `fence` is killed or
+//!   frozen;
+//! - [`signals`]: SIGINT/SIGTERM/SIGTSTP caught from the start to the end;
+//! - [`supervise`]: the loop that ties them together.
+
+mod group;
+mod rule;
+mod signals;
+mod supervise;
+mod watchdog;
 
 use std::ffi::OsString;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Grant};
-use rustix::process::{kill_process_group, Pid, Signal};
-use tokio::process::{Child, Command};
 
 use crate::failure::{Failure, Result};
 use crate::source_arg;
+use rule::Timing;
+use signals::{Received, Signals};
+use supervise::Supervised;
+use watchdog::Watchdog;
 
-/// Exit status when the lock was lost while the command ran (the command was
-/// stopped). 75 is EX_TEMPFAIL: the caller may retry.
+/// Exit status when the lock was lost, or about to be, while the command
+/// ran (the command was stopped). 75 is EX_TEMPFAIL: the caller may retry.
 pub const LOST: u8 = 75;
 /// Exit status when the command could not be started (as a shell reports it).
 pub const NOT_FOUND: u8 = 127;
@@ -31,28 +47,42 @@ name) and FENCING_SOURCE (the identity of the cluster that minted the token)
 in its environment. Pass the token with every write so the storage can refuse
 it once a newer holder exists.
 
+The command runs in its own process group, and is dead before anyone else
+can be granted the lock. W is how long the lease holds after a renewal was
+sent (0.9 x TTL; on Kubernetes 0.9 x the renew deadline). When renewals
+fail, the group gets SIGTERM --grace before its kill time and SIGKILL at
+W - W/20 after the last renewal; --grace may be at most 0.45 x W (default
+W/10, at most 10 s), so a 15 s TTL allows up to 6.075 s. A watchdog process
+kills the group if fence is killed or frozen. When the command exits, what
+it left running in its group is stopped before the lock is released. Ctrl-Z
+stops the command with fence; it resumes only if the lease still holds.
+
 Exit status: the command's own status (128+N when it died of signal N);
-75 when the lock was lost while the command ran (it got SIGTERM, then SIGKILL
-after --grace); 126/127 when the command could not be executed/found;
-2 on a usage or configuration error; 1 when the lock could not be acquired.";
+75 when the lock was lost, or not renewed in time, while the command ran;
+126/127 when the command could not be executed/found; 2 on a usage or
+configuration error (a --grace that does not fit in the lease); 1 when the
+lock could not be acquired; 128+N when fence got SIGINT/SIGTERM before the
+command started.";
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Where the lock lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
-    #[arg(long, value_name = "URL")]
-    source: String,
+    #[arg(long, value_name = "URL", required_unless_present = "watchdog")]
+    source: Option<String>,
 
     /// The lock to hold while the command runs
-    #[arg(long, value_name = "NAME")]
-    lock: String,
+    #[arg(long, value_name = "NAME", required_unless_present = "watchdog")]
+    lock: Option<String>,
 
     /// Lease length in seconds [default: the source's]
     #[arg(long, value_name = "SECS", value_parser = source_arg::seconds, allow_negative_numbers = true)]
     ttl: Option<Duration>,
 
-    /// After the lock is lost, how long the command has between SIGTERM and SIGKILL
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = source_arg::seconds, allow_negative_numbers = true)]
-    grace: Duration,
+    /// How long the command has between SIGTERM and SIGKILL when it must stop; at most
+    /// 0.45 x the lease window (0.9 x TTL) so that it is dead before the lease can run out
+    /// [default: a tenth of the window, at most 10]
+    #[arg(long, value_name = "SECS", value_parser = source_arg::seconds, allow_negative_numbers = true)]
+    grace: Option<Duration>,
 
     /// Give up (exit 1) if the lock is not granted within this many seconds [default: wait forever]
     #[arg(long, value_name = "SECS", value_parser = source_arg::seconds, allow_negative_numbers = true)]
@@ -63,131 +93,90 @@ pub struct RunArgs {
     identity: Option<String>,
 
     /// The command and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "watchdog", value_name = "CMD")]
     command: Vec<OsString>,
+
+    /// Internal: be the watchdog of a `fence run` (orders on stdin)
+    #[arg(long, hide = true, conflicts_with_all = ["source", "lock", "ttl", "grace", "wait", "identity", "command"])]
+    watchdog: bool,
 }
 
 pub async fn run(args: RunArgs) -> Result<u8> {
-    let source = source_arg::open(&args.source).await?;
-    let lock = source_arg::resource("--lock", &args.lock)?;
+    if args.watchdog {
+        return watchdog::serve().await;
+    }
+    // Before anything else, so that no SIGTERM goes unseen (see signals).
+    let mut signals = Signals::install()?;
+    let (Some(url), Some(name)) = (args.source.as_deref(), args.lock.as_deref()) else {
+        return Err(Failure::usage("--source and --lock are required"));
+    };
+    if let (Some(ttl), Some(grace)) = (args.ttl, args.grace) {
+        // Refused before connecting: the window can only be shorter.
+        let lease = format!("a {ttl:?} lease");
+        Timing::new(rule::window_for_ttl(ttl), Some(grace), &lease)?;
+    }
+    let source = signals.interruptible(source_arg::open(url)).await??;
+    let lock = source_arg::resource("--lock", name)?;
     let mut options = AcquireOptions::new();
     options.ttl = args.ttl;
     options.timeout = args.wait;
     options.holder = args.identity.clone();
 
-    let grant = tokio::select! {
-        g = source.acquire(&lock, &options) => g.map_err(|e| source_arg::classify(e, &format!("lock {:?}", args.lock)))?,
-        f = crate::interrupted() => return Err(f),
+    let grant = signals
+        .interruptible(source.acquire(&lock, &options))
+        .await?
+        .map_err(|e| source_arg::classify(e, &format!("lock {name:?}")))?;
+    match start(&args, &grant, &mut signals).await {
+        Ok((child, group, timing, watchdog)) => {
+            let supervised = Supervised {
+                child,
+                group,
+                grant,
+                timing,
+                watchdog,
+            };
+            supervise::supervise(supervised, &mut signals).await
+        }
+        Err(f) => {
+            release(grant).await;
+            Err(f)
+        }
+    }
+}
+
+type Started = (
+    tokio::process::Child,
+    rustix::process::Pid,
+    Timing,
+    Watchdog,
+);
+
+/// Checks the schedule, starts the watchdog, then the command, unless a
+/// stop signal arrived meanwhile.
+async fn start(args: &RunArgs, grant: &Grant, signals: &mut Signals) -> Result<Started> {
+    let timing = Timing::for_grant(grant, args.grace)?;
+    tracing::info!(lock = %grant.resource().as_str(), token = %grant.token(), grace = ?timing.grace, "lock acquired");
+    // Writing that line may have blocked (a full stderr pipe); a signal
+    // that came meanwhile, or with the grant, is honoured here.
+    while let Some(got) = signals.pending() {
+        match got {
+            Received::Stop(signal) => return Err(signals::interrupted(signal)),
+            Received::Suspend => signals::stop_self(),
+        }
+    }
+    let mut watchdog = Watchdog::start()?;
+    let (child, group) = match group::spawn(&args.command, grant) {
+        Ok(started) => started,
+        Err(f) => {
+            watchdog.finish().await;
+            return Err(f);
+        }
     };
-    tracing::info!(lock = %args.lock, token = %grant.token(), "lock acquired");
-
-    let mut child = match spawn(&args.command, &grant) {
-        Ok(child) => child,
-        Err((code, message)) => {
-            release(grant).await;
-            return Err(Failure { code, message });
-        }
-    };
-    supervise(&mut child, grant, args.grace).await
-}
-
-/// Starts the command in its own process group, so that stopping it also
-/// stops what it started (a shell's children).
-fn spawn(command: &[OsString], grant: &Grant) -> std::result::Result<Child, (u8, String)> {
-    let (program, rest) = command.split_first().expect("clap requires a command");
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env("FENCING_TOKEN", grant.token().to_string())
-        .env("FENCING_LOCK", grant.resource().as_str())
-        .env("FENCING_SOURCE", grant.source().as_str())
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
-    // memory of the parent. It makes the command get SIGTERM if `fence` is
-    // killed outright, instead of running on without anyone watching the
-    // lease. The death signal follows the spawning thread, which is the
-    // runtime's main thread here (this runs inside block_on, not a task).
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(Signal::TERM))
-                .map_err(std::io::Error::from)
-        });
+    if let Err(e) = watchdog.watch(group, timing.grace).await {
+        // Supervision notices the watchdog's exit and stops the command.
+        tracing::debug!(error = %e, "the watchdog did not take its orders");
     }
-    cmd.spawn().map_err(|e| {
-        let name = program.to_string_lossy();
-        match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                (NOT_FOUND, format!("cannot run {name:?}: command not found"))
-            }
-            _ => (NOT_EXECUTABLE, format!("cannot run {name:?}: {e}")),
-        }
-    })
-}
-
-/// Waits for the first of: the command exits, the lock may be lost, or
-/// `fence` itself is asked to stop.
-async fn supervise(child: &mut Child, grant: Grant, grace: Duration) -> Result<u8> {
-    let pid = child.id();
-    let outcome = tokio::select! {
-        // Loss first: after a pause (SIGSTOP) both may be ready, and then the
-        // command must not be trusted to have finished under the lock.
-        biased;
-        reason = grant.lost() => Stop::Lost(reason),
-        status = child.wait() => Stop::Exited(status),
-        signal = crate::stop_signal() => Stop::Asked(signal),
-    };
-    match outcome {
-        Stop::Exited(status) => {
-            release(grant).await;
-            let status =
-                status.map_err(|e| Failure::runtime(format!("waiting for the command: {e}")))?;
-            Ok(exit_code(status))
-        }
-        Stop::Lost(reason) => {
-            eprintln!(
-                "fence: lock {:?} lost ({reason}); stopping the command (pid {})",
-                grant.resource().as_str(),
-                pid.unwrap_or(0)
-            );
-            stop(child, Signal::TERM, grace).await;
-            // Deletes our record if the coordinator still has it, so the
-            // next holder need not wait for it to expire.
-            release(grant).await;
-            Ok(LOST)
-        }
-        Stop::Asked(signal) => {
-            let status = stop(child, signal, grace).await;
-            release(grant).await;
-            Ok(status.map_or(128u8.wrapping_add(signal.as_raw() as u8), exit_code))
-        }
-    }
-}
-
-enum Stop {
-    Exited(std::io::Result<ExitStatus>),
-    Lost(String),
-    Asked(Signal),
-}
-
-/// Sends `first` to the command's process group, then SIGKILL after `grace`.
-/// Returns the command's status when it could be reaped.
-async fn stop(child: &mut Child, first: Signal, grace: Duration) -> Option<ExitStatus> {
-    let group = child.id().and_then(|id| Pid::from_raw(id as i32));
-    if let Some(group) = group {
-        let _ = kill_process_group(group, first);
-    }
-    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
-        return status.ok();
-    }
-    eprintln!("fence: the command did not stop within {grace:?}; sending SIGKILL");
-    if let Some(group) = group {
-        let _ = kill_process_group(group, Signal::KILL);
-    }
-    let _ = child.start_kill();
-    tokio::time::timeout(Duration::from_secs(5), child.wait())
-        .await
-        .ok()
-        .and_then(Result::ok)
+    Ok((child, group, timing, watchdog))
 }
 
 /// Releases quietly: the command's status is what the caller wants to see,
@@ -199,15 +188,5 @@ async fn release(grant: Grant) {
             tracing::warn!(error = %e, "releasing the lock failed; it expires after its TTL")
         }
         Err(_) => tracing::warn!("releasing the lock timed out; it expires after its TTL"),
-    }
-}
-
-/// The status a shell would report for the command.
-fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
-        (None, None) => 1,
     }
 }

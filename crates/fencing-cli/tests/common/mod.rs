@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fencing::{AcquireOptions, ResourceName};
 use rustix::process::{kill_process, Pid, Signal};
@@ -45,6 +45,10 @@ impl Running {
                 .spawn()
                 .expect("start fence"),
         )
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
     }
 
     pub fn signal(&self, signal: Signal) {
@@ -106,23 +110,92 @@ pub fn process_exists(pid: i32) -> bool {
     PathBuf::from(format!("/proc/{pid}")).exists()
 }
 
+/// The process's state letter from /proc (R, S, T, Z, ...), None once it is
+/// gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name in parentheses may contain anything; the state is the
+    // first field after the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// True while the process can still run: it exists and is no zombie (a
+/// zombie whose parent is frozen or gone may linger, but does nothing).
+pub fn process_alive(pid: i32) -> bool {
+    !matches!(process_state(pid), None | Some('Z') | Some('X'))
+}
+
+/// Polls `done` until it holds, failing the test after `within`.
+pub fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills the listed processes when dropped, so a failing test leaves no
+/// stray `sleep 300` behind.
+pub struct KillOnDrop(pub Vec<i32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if let Some(pid) = Pid::from_raw(pid) {
+                let _ = kill_process(pid, Signal::KILL);
+            }
+        }
+    }
+}
+
+/// Wall-clock nanoseconds, the unit `date +%s%N` writes.
+pub fn wall_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Shell lines that append a wall-clock timestamp to `path` every 20 ms,
+/// forever: the child's "writes", whose last one must precede the next grant.
+pub fn stamp_loop(path: &Path) -> String {
+    format!(
+        "while :; do date +%s%N >> {}; sleep 0.02; done",
+        path.display()
+    )
+}
+
+/// The last complete timestamp `stamp_loop` wrote.
+pub fn last_stamp(path: &Path) -> u128 {
+    let text = std::fs::read_to_string(path).expect("the child wrote timestamps");
+    text.lines()
+        .filter_map(|l| l.trim().parse::<u128>().ok())
+        .next_back()
+        .expect("at least one timestamp")
+}
+
 /// The scenario on any source URL: the child of `fence run` sees the
-/// grant's token; `fence` is frozen past its lease while another client takes
-/// the lock; once thawed, `fence` stops the child and exits with [`LOST`].
+/// grant's token; `fence` is frozen (SIGSTOP) while the child keeps writing
+/// timestamps and another client waits for the lock. A frozen `fence` can
+/// neither renew nor stop its child, so its watchdog must: by the time the
+/// other client is granted, the child is dead and its last write came
+/// before the grant. Once thawed, `fence` reports the loss with [`LOST`].
 pub async fn frozen_fence_run_stops_its_child(url: &str, ttl_secs: &str) {
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("seen");
+    let stamps = dir.path().join("stamps");
     let script = format!(
-        "echo \"$FENCING_TOKEN $$\" > {}; exec sleep 120",
-        seen.display()
+        "echo \"$FENCING_TOKEN $$\" > {}; {}",
+        seen.display(),
+        stamp_loop(&stamps)
     );
     let run = Running::start(&[
-        "run", "--source", url, "--lock", "ledger", "--ttl", ttl_secs, "--grace", "2", "--", "sh",
-        "-c", &script,
+        "run", "--source", url, "--lock", "ledger", "--ttl", ttl_secs, "--", "sh", "-c", &script,
     ]);
     let seen = wait_for_file(&seen, Duration::from_secs(30));
     let (token, child) = seen.trim().split_once(' ').unwrap();
     let child: i32 = child.parse().unwrap();
+    let _cleanup = KillOnDrop(vec![child]);
 
     let source = fencing::connect(url).await.unwrap();
     let ledger = ResourceName::new("ledger").unwrap();
@@ -145,10 +218,19 @@ pub async fn frozen_fence_run_stops_its_child(url: &str, ttl_secs: &str) {
         )
         .await
         .expect("the frozen holder's lease runs out");
+    // Both taken at the moment the next holder has its grant in hand.
+    let granted = wall_ns();
+    let child_alive = process_alive(child);
     assert!(taken.token() > holder.token);
     assert!(
-        process_exists(child),
-        "the child runs on while fence is frozen"
+        !child_alive,
+        "the child of the frozen fence still runs when the next holder is granted"
+    );
+    let last = last_stamp(&stamps);
+    assert!(
+        last < granted,
+        "the child wrote {} ms after the next grant",
+        (last - granted) / 1_000_000
     );
     run.signal(Signal::CONT);
 
@@ -157,7 +239,6 @@ pub async fn frozen_fence_run_stops_its_child(url: &str, ttl_secs: &str) {
         .unwrap();
     assert_eq!(code, Some(LOST), "{stderr}");
     assert!(stderr.contains("lost"), "{stderr}");
-    assert!(!process_exists(child), "the child must be gone");
     assert!(
         source.validate(&taken).await.unwrap(),
         "the new holder keeps the lock"
