@@ -10,7 +10,12 @@ use crate::source::{AcquireOptions, FencingSource};
 /// Runs `work` under a grant on `resource`: acquire, then read, compute and
 /// write inside `work`, carrying the grant's token on every write.
 ///
-/// When `work` fails with [`Error::Stale`] or [`Error::Lost`] (a gate saw a
+/// Pass the whole [`GrantInfo`] to the gate ([`Gate::admit_grant`](crate::Gate::admit_grant)),
+/// not the bare token, so the gate also refuses it if another source set
+/// the mark.
+///
+/// When `work` fails with an error whose [`Error::needs_reacquire`] is true
+/// ([`Error::Stale`], [`Error::Lost`], [`Error::UnknownToken`]: a gate saw a
 /// newer token, or the grant ran out), the grant is released and everything
 /// starts over: a new grant, so `work` re-reads and redoes the write with
 /// the new token. After `attempts` tries the last rejection is returned;
@@ -30,7 +35,7 @@ use crate::source::{AcquireOptions, FencingSource};
 /// let written = fenced(&source, &ledger, &AcquireOptions::new(), 3, |grant| {
 ///     let (gate, ledger) = (&gate, &ledger);
 ///     async move {
-///         gate.admit(ledger, grant.token).await?; // the storage's check
+///         gate.admit_grant(&grant).await?; // the storage's check: token and source
 ///         Ok(grant.token)
 ///     }
 /// })

@@ -12,7 +12,9 @@
 //! 3. the holder carries [`Grant::token`] on every protected write;
 //! 4. the storage runs a [`Gate`], which keeps the highest token accepted and
 //!    refuses lower ones with [`Error::Stale`] (retries with the same token
-//!    pass);
+//!    pass), and tokens of another source with [`Error::ForeignSource`]
+//!    ([`Gate::admit_grant`], the bound form); a [`ValidatingGate`] also
+//!    refuses tokens no live grant carries (a forged huge token);
 //! 5. the holder answers a rejection by re-acquiring, re-reading and redoing.
 //!
 //! ```
@@ -25,7 +27,7 @@
 //! let ledger = ResourceName::new("ledger")?;
 //!
 //! let grant = source.acquire(&ledger, &AcquireOptions::new()).await?;
-//! gate.admit(&ledger, grant.token()).await?; // storage checks, then writes
+//! gate.admit_grant(grant.info()).await?; // storage checks token and source, then writes
 //! grant.release().await?;
 //! # Ok(()) }
 //! ```

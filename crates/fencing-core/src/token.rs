@@ -15,8 +15,21 @@ const MAX_DIGITS: usize = 20;
 ///
 /// Tokens from the same source identity are totally ordered: a later grant
 /// always carries a larger token, also across coordinator failover. Tokens
-/// from different sources are not comparable; gates and `validate` refuse
-/// them.
+/// from different sources are not comparable: `validate` refuses a grant of
+/// another source, and a gate refuses a token of another source than the
+/// one its mark is bound to when the token is presented with its source
+/// ([`Gate::admit_from`](crate::Gate::admit_from) or
+/// [`Gate::admit_grant`](crate::Gate::admit_grant)). The unbound
+/// [`Gate::admit`](crate::Gate::admit) cannot tell sources apart; use it
+/// only where one source feeds the store.
+///
+/// A token proves nothing by itself: it is a number a client sends. A
+/// plain gate admits a forged one, and a forged huge token (`u64::MAX`)
+/// raises the mark so far that every real holder is refused from then on.
+/// Where clients are not trusted that far, a
+/// [`ValidatingGate`](crate::ValidatingGate) asks the source before it
+/// raises a mark. A restore of the coordinator from a backup can rewind
+/// its counter under the same source id (see the README on restores).
 ///
 /// The text form is canonical decimal: digits only, no sign, no leading
 /// zeros, no whitespace. Parsing anything else is an [`Error::InvalidToken`],

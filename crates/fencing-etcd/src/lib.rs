@@ -9,9 +9,20 @@
 //! - [`EtcdGate`]: high-water marks kept in etcd; and
 //!   [`EtcdSource::guarded_txn`] for data kept in etcd itself.
 //!
-//! Tokens are compared only within one cluster id (the source identity): a
-//! cluster restored from a snapshot gets a new id, and its revisions may
-//! start lower.
+//! Tokens are compared only within one cluster id (the source identity,
+//! `etcd:<cluster id>`). A restore does **not** give a new id: the cluster
+//! id is derived from the member ids, which are derived from the peer URLs
+//! and `--initial-cluster-token`, so `etcdutl snapshot restore` with the
+//! same `--initial-cluster` and token brings back the same id, while the
+//! revision rewinds to the snapshot's. Tokens minted since the snapshot are
+//! then minted again, to other holders, under the same source id: a gate
+//! outside the cluster would admit a repeated token as a retry and refuse
+//! every lower one as stale. Restore with
+//! `etcdutl snapshot restore --bump-revision N --mark-compacted`, N above
+//! the number of revisions the old cluster issued after the snapshot
+//! (etcdutl of etcd 3.6 and of the later 3.5 releases; etcd 3.4 has no such
+//! flag), or reset the gates outside the cluster once no old writer is left (see the README, "Restoring a coordinator"). An
+//! [`EtcdGate`] rewinds with the data it lives in and needs nothing.
 
 #![warn(missing_docs)]
 

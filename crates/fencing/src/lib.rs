@@ -18,7 +18,7 @@
 //!
 //! // The storage, not the client, checks the token before it writes.
 //! let gate = MemoryGate::new();
-//! gate.admit(&ledger, grant.token()).await?;
+//! gate.admit_grant(grant.info()).await?; // token and source
 //! grant.release().await?;
 //!
 //! // Backends that are not built in, and malformed URLs, are refused with
