@@ -3,8 +3,12 @@
 //! 1. a guarded UPDATE (`FencedUpdate`, fence column) against the same plain
 //!    UPDATE on the same PostgreSQL server, in one run, alternating rounds:
 //!    the ratio is the price of fencing a write (target <= 1.1);
-//! 2. `MemoryGate::admit_now` per call on one thread (target < 50 ns) and
-//!    on 2 threads sharing the gate.
+//! 2. `MemoryGate::admit_now` (unbound) and `admit_from_now` (bound) per
+//!    call on one thread (target < 50 ns) and on 2 threads sharing the gate;
+//! 3. `ValidatingGate` over a `MemoryGate` with a `LocalSource` against the
+//!    plain `MemoryGate`: the first admit of each grant (a raise, which
+//!    costs the validating gate one `holder()` lookup) and retries at the
+//!    mark (no lookup).
 //!
 //! Usage: gate-bench [--iterations N] (default 2000 updates per round)
 
@@ -12,7 +16,10 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencing::{FencingToken, MemoryGate, ResourceName};
+use fencing::{
+    AcquireOptions, FencingSource, FencingToken, Gate, LocalSource, MemoryGate, ResourceName,
+    SourceId, ValidatingGate,
+};
 use fencing_integration::pg_server::PgServer;
 use fencing_postgres::FencedUpdate;
 
@@ -20,6 +27,10 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const ROUNDS: usize = 4;
 const ADMITS: u64 = 5_000_000;
+/// Grants whose first admit is timed on each gate.
+const GRANTS: usize = 300;
+/// Retries at the mark timed on each gate.
+const RETRIES: u32 = 200_000;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
@@ -40,11 +51,35 @@ async fn run() -> Res<()> {
     };
     postgres(iterations).await?;
     memory_gate();
+    validating_gate().await?;
     Ok(())
 }
 
-/// Median latency of the guarded and the plain UPDATE, rounds alternating
-/// which goes first so neither always runs on a warmer server.
+/// The statements timed against each other.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// `UPDATE plain SET balance = $2 WHERE id = $1`.
+    Plain,
+    /// The bare conditional `UPDATE ... WHERE id = $1 AND fence <= $3`
+    /// that `FencedUpdate` sent before it reported refusals in the same
+    /// statement (a refusal then cost a second query; here none is refused).
+    Bare,
+    /// `FencedUpdate`: lock, decide and report in one statement.
+    Guarded,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Bare => "bare",
+            Kind::Guarded => "guarded",
+        }
+    }
+}
+
+/// Median latency of the guarded, the bare fenced and the plain UPDATE,
+/// rounds rotating which goes first so none always runs on a warmer server.
 async fn postgres(iterations: usize) -> Res<()> {
     let pg = PgServer::start().await?;
     let client = pg.client().await?;
@@ -58,85 +93,154 @@ async fn postgres(iterations: usize) -> Res<()> {
     let plain = client
         .prepare("UPDATE plain SET balance = $2 WHERE id = $1")
         .await?;
+    let bare = client
+        .prepare("UPDATE fenced SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3")
+        .await?;
     let guarded = FencedUpdate::new("fenced", "id", "fence", &["balance"])?
         .prepare(&client)
         .await?;
-    let (mut plain_medians, mut guarded_medians) = (Vec::new(), Vec::new());
-    let mut token = 0u64;
+    let kinds = [Kind::Plain, Kind::Bare, Kind::Guarded];
+    let mut medians: Vec<Vec<Duration>> = vec![Vec::new(); kinds.len()];
+    let mut token = 0i64;
     for round in 0..ROUNDS {
-        for guarded_turn in if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        } {
+        for turn in 0..kinds.len() {
+            let k = (turn + round) % kinds.len();
+            let kind = kinds[k];
             let mut samples = Vec::with_capacity(iterations);
             for i in 0..iterations {
                 let balance = i as i64;
+                token += 1;
                 let started = Instant::now();
-                if guarded_turn {
-                    token += 1;
-                    guarded
-                        .execute(&client, &1i64, &[&balance], FencingToken::new(token))
-                        .await?;
-                } else {
-                    client.execute(&plain, &[&1i64, &balance]).await?;
-                }
+                match kind {
+                    Kind::Plain => client.execute(&plain, &[&1i64, &balance]).await?,
+                    Kind::Bare => client.execute(&bare, &[&1i64, &balance, &token]).await?,
+                    Kind::Guarded => {
+                        let t = FencingToken::new(token as u64);
+                        guarded.execute(&client, &1i64, &[&balance], t).await?
+                    }
+                };
                 samples.push(started.elapsed());
             }
             let m = median(&mut samples);
             println!(
                 "round {} {:<7}: median {:>6.1} µs",
                 round + 1,
-                if guarded_turn { "guarded" } else { "plain" },
+                kind.name(),
                 micros(m)
             );
-            if guarded_turn {
-                guarded_medians.push(m)
-            } else {
-                plain_medians.push(m)
-            }
+            medians[k].push(m);
         }
     }
-    let (p, g) = (median(&mut plain_medians), median(&mut guarded_medians));
+    let [p, b, g] = [0, 1, 2].map(|k| median(&mut medians[k]));
     println!(
-        "gate-bench: PostgreSQL {} guarded UPDATE {:.1} µs vs plain {:.1} µs, ratio {:.2} (target <= 1.1, N={iterations} x {ROUNDS} rounds)",
+        "gate-bench: PostgreSQL {} guarded UPDATE {:.1} µs vs plain {:.1} µs, ratio {:.2} (target <= 1.1); bare fenced UPDATE (no report) {:.1} µs, ratio {:.2} (N={iterations} x {ROUNDS} rounds)",
         pg.major_version(),
         micros(g),
         micros(p),
-        g.as_secs_f64() / p.as_secs_f64()
+        g.as_secs_f64() / p.as_secs_f64(),
+        micros(b),
+        b.as_secs_f64() / p.as_secs_f64(),
     );
     Ok(())
 }
 
-/// ns per `admit_now` on one thread, then with 2 threads on one gate.
+/// ns per admit on one thread, then with 2 threads on one gate; unbound
+/// (`admit_now`) and bound (`admit_from_now`).
 fn memory_gate() {
-    let gate = Arc::new(MemoryGate::new());
-    let r = ResourceName::new("bench").expect("valid name");
-    gate.admit_now(&r, FencingToken::new(1))
-        .expect("first admit");
-    let single = time_admits(&gate, &r, 0, ADMITS);
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let (gate, r) = (&gate, &r);
-            s.spawn(move || time_admits(gate, r, t, ADMITS / 2));
-        }
-    });
-    let shared = started.elapsed().as_nanos() as f64 / ADMITS as f64;
-    println!(
-        "gate-bench: MemoryGate admit {single:.1} ns/call on 1 thread (target < 50), {shared:.1} ns/call of wall time with 2 threads sharing one resource"
-    );
+    for bound in [false, true] {
+        let gate = Arc::new(MemoryGate::new());
+        let r = ResourceName::new("bench").expect("valid name");
+        let source = bound.then(|| SourceId::new("etcd:bench"));
+        admit(&gate, &r, source.as_ref(), 1).expect("first admit");
+        let single = time_admits(&gate, &r, source.as_ref(), 0, ADMITS);
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let (gate, r, source) = (&gate, &r, source.as_ref());
+                s.spawn(move || time_admits(gate, r, source, t, ADMITS / 2));
+            }
+        });
+        let shared = started.elapsed().as_nanos() as f64 / ADMITS as f64;
+        println!(
+            "gate-bench: MemoryGate {} {single:.1} ns/call on 1 thread (target < 50), {shared:.1} ns/call of wall time with 2 threads sharing one resource",
+            if bound { "admit_from (bound)" } else { "admit (unbound)" }
+        );
+    }
+}
+
+fn admit(
+    gate: &MemoryGate,
+    r: &ResourceName,
+    source: Option<&SourceId>,
+    token: u64,
+) -> fencing::Result<()> {
+    let token = FencingToken::new(token);
+    match source {
+        Some(s) => gate.admit_from_now(r, s, token),
+        None => gate.admit_now(r, token),
+    }
 }
 
 /// Admits increasing tokens (every call raises the mark: the slow path of
 /// the compare-and-swap, not a retry); returns ns per call.
-fn time_admits(gate: &MemoryGate, r: &ResourceName, offset: u64, n: u64) -> f64 {
+fn time_admits(
+    gate: &MemoryGate,
+    r: &ResourceName,
+    source: Option<&SourceId>,
+    offset: u64,
+    n: u64,
+) -> f64 {
     let started = Instant::now();
     for i in 0..n {
         // Two threads interleave tokens, so some calls are refused as stale.
-        let _ = black_box(gate.admit_now(r, FencingToken::new(2 + i * 2 + offset)));
+        let _ = black_box(admit(gate, r, source, 2 + i * 2 + offset));
     }
     started.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The price of asking the source before a raise: median first admit of a
+/// grant and mean retry, on the plain and the validating gate.
+async fn validating_gate() -> Res<()> {
+    let dir = tempfile::tempdir()?;
+    let source = Arc::new(LocalSource::open(dir.path())?);
+    let plain = MemoryGate::new();
+    let validating = ValidatingGate::new(MemoryGate::new(), source.clone());
+    let r = ResourceName::new("bench")?;
+    let (mut plain_raises, mut validating_raises) = (Vec::new(), Vec::new());
+    for _ in 0..GRANTS {
+        let grant = source.acquire(&r, &AcquireOptions::new()).await?;
+        plain_raises.push(timed(plain.admit_grant(grant.info())).await?);
+        validating_raises.push(timed(validating.admit_grant(grant.info())).await?);
+        grant.release().await?;
+    }
+    let grant = source.acquire(&r, &AcquireOptions::new()).await?;
+    plain.admit_grant(grant.info()).await?;
+    validating.admit_grant(grant.info()).await?;
+    let plain_retry = time_retries(&plain, grant.info()).await?;
+    let validating_retry = time_retries(&validating, grant.info()).await?;
+    grant.release().await?;
+    let (p, v) = (median(&mut plain_raises), median(&mut validating_raises));
+    println!(
+        "gate-bench: ValidatingGate(MemoryGate, LocalSource) first admit of a grant {:.1} µs vs plain MemoryGate {:.2} µs (median of {GRANTS}); retry at the mark {validating_retry:.0} ns vs {plain_retry:.0} ns per call",
+        micros(v),
+        micros(p)
+    );
+    Ok(())
+}
+
+async fn timed(admit: impl std::future::Future<Output = fencing::Result<()>>) -> Res<Duration> {
+    let started = Instant::now();
+    admit.await?;
+    Ok(started.elapsed())
+}
+
+/// ns per retried admit of the same grant.
+async fn time_retries(gate: &dyn Gate, grant: &fencing::GrantInfo) -> Res<f64> {
+    let started = Instant::now();
+    for _ in 0..RETRIES {
+        gate.admit_grant(black_box(grant)).await?;
+    }
+    Ok(started.elapsed().as_nanos() as f64 / f64::from(RETRIES))
 }
 
 fn median(samples: &mut [Duration]) -> Duration {
