@@ -117,6 +117,10 @@ async fn a_child_that_traps_sigterm_is_dead_before_the_next_holder_is_granted() 
         "the child wrote {} ms after the next grant",
         (last - granted) / 1_000_000
     );
+    eprintln!(
+        "the child's last write came {} ms before the next grant",
+        (granted - last) / 1_000_000
+    );
 
     let (code, stderr) = tokio::task::spawn_blocking(move || run.finish(Duration::from_secs(20)))
         .await

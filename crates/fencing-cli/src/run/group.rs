@@ -13,6 +13,7 @@ use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::watchdog::Announcement;
 use super::{NOT_EXECUTABLE, NOT_FOUND};
 use crate::failure::Failure;
 
@@ -21,24 +22,34 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Starts the command in a new process group whose id is its pid, so that
 /// stopping the group also stops what it started (a shell's children).
-pub fn spawn(command: &[OsString], grant: &Grant) -> Result<(Child, Pid), Failure> {
+/// `announce` runs in the command's process before it executes anything.
+pub fn spawn(
+    command: &[OsString],
+    grant: &Grant,
+    announce: Announcement,
+) -> Result<(Child, Pid), Failure> {
     let (program, rest) = command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(program);
     cmd.args(rest)
         .env("FENCING_TOKEN", grant.token().to_string())
         .env("FENCING_LOCK", grant.resource().as_str())
         .env("FENCING_SOURCE", grant.source().as_str())
-        .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
-    // memory of the parent. It covers the moment before the watchdog knows
-    // the group: if `fence` is killed then, the command still gets SIGTERM.
-    // The death signal follows the spawning thread, which is the runtime's
-    // main thread here (this runs inside block_on, not in a task).
+    // SAFETY: setpgid, prctl(PR_SET_PDEATHSIG) and the announcement's
+    // write are single system calls, async-signal-safe, that allocate
+    // nothing and touch no memory of the parent. In this order, because the
+    // watchdog must know the group before the command can start anything
+    // in it, however soon `fence` dies. The death signal is for a `fence`
+    // killed before the watchdog has read the announcement; it follows the
+    // spawning thread, the runtime's main thread here (this runs inside
+    // block_on, not in a task). std's spawn returns only after exec, so the
+    // group exists by then.
     unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(Signal::TERM))
-                .map_err(std::io::Error::from)
+        cmd.pre_exec(move || {
+            rustix::process::setpgid(None, None)?;
+            rustix::process::set_parent_process_death_signal(Some(Signal::TERM))?;
+            announce.send();
+            Ok(())
         });
     }
     let child = cmd.spawn().map_err(|e| {

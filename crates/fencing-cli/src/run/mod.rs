@@ -65,6 +65,9 @@ lock could not be acquired; 128+N when fence got SIGINT/SIGTERM before the
 command started.";
 
 #[derive(clap::Args, Debug)]
+// The three are required except for the hidden --watchdog, which clap would
+// otherwise show as optional.
+#[command(override_usage = "fence run [OPTIONS] --source <URL> --lock <NAME> -- <CMD>...")]
 pub struct RunArgs {
     /// Where the lock lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
     #[arg(long, value_name = "URL", required_unless_present = "watchdog")]
@@ -164,19 +167,15 @@ async fn start(args: &RunArgs, grant: &Grant, signals: &mut Signals) -> Result<S
             Received::Suspend => signals::stop_self(),
         }
     }
-    let mut watchdog = Watchdog::start()?;
-    let (child, group) = match group::spawn(&args.command, grant) {
-        Ok(started) => started,
+    let watchdog = Watchdog::start()?;
+    let announcement = watchdog.announcement(timing.grace);
+    match group::spawn(&args.command, grant, announcement) {
+        Ok((child, group)) => Ok((child, group, timing, watchdog)),
         Err(f) => {
             watchdog.finish().await;
-            return Err(f);
+            Err(f)
         }
-    };
-    if let Err(e) = watchdog.watch(group, timing.grace).await {
-        // Supervision notices the watchdog's exit and stops the command.
-        tracing::debug!(error = %e, "the watchdog did not take its orders");
     }
-    Ok((child, group, timing, watchdog))
 }
 
 /// Releases quietly: the command's status is what the caller wants to see,

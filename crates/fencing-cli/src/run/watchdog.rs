@@ -9,7 +9,10 @@
 //! process group of its own (no terminal signal or stop of `fence`'s group
 //! or the command's group reaches it), and tells it through a pipe:
 //!
-//! - `group PGID GRACE_NS`: the command's process group and its grace;
+//! - `group PGID GRACE_NS`: the command's process group and its grace,
+//!   written by the command's own process between fork and exec (see
+//!   [`Announcement`]), so no window is left in which `fence` could die
+//!   with a running command the watchdog does not know;
 //! - `kill MONO_NS`: SIGKILL the group at this CLOCK_MONOTONIC time (just
 //!   after `fence`'s own kill time for the current deadline, see
 //!   `Timing::watchdog_at`), unless told a later one first; `fence` passes
@@ -21,7 +24,7 @@
 //! time, whichever comes first. Both processes read the same system-wide
 //! monotonic clock, so a time written before a freeze stays right after it.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -60,8 +63,9 @@ impl Watchdog {
             .args(["run", "--watchdog"])
             .stdin(Stdio::from(reader))
             .stdout(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        // Not killed on drop: if `fence` unwinds without `finish`, the pipe
+        // closes and the watchdog stops the command's group, then exits.
         let process = cmd.spawn().map_err(failed)?;
         let orders = pipe::Sender::from_owned_fd(OwnedFd::from(writer)).map_err(failed)?;
         Ok(Watchdog {
@@ -71,10 +75,12 @@ impl Watchdog {
         })
     }
 
-    /// Tells the watchdog which group to guard.
-    pub async fn watch(&mut self, group: Pid, grace: Duration) -> std::io::Result<()> {
-        let order = format!("group {} {}\n", group.as_raw_nonzero(), grace.as_nanos());
-        self.send(&order).await
+    /// The `group` order, for the command's process to send.
+    pub fn announcement(&self, grace: Duration) -> Announcement {
+        Announcement {
+            orders: self.orders.as_raw_fd(),
+            grace_ns: u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX),
+        }
     }
 
     /// Sets the kill time, if it changed.
@@ -116,6 +122,75 @@ impl Watchdog {
                 "the watchdog does not read its orders",
             )),
         }
+    }
+}
+
+/// The `group` order as the command's own process sends it, after fork and
+/// before exec: the group is the process's pid (it made itself leader).
+#[derive(Clone, Copy, Debug)]
+pub struct Announcement {
+    orders: RawFd,
+    grace_ns: u64,
+}
+
+impl Announcement {
+    /// Async-signal-safe: formats into a stack buffer and makes one write
+    /// (shorter than PIPE_BUF, so it never interleaves with `fence`'s own
+    /// orders). Should the watchdog already be gone, the command does not
+    /// get far: SIGPIPE ends it here, or supervision sees the watchdog's
+    /// exit and stops it.
+    pub fn send(&self) {
+        let mut order = Order::default();
+        order.push(b"group ");
+        order.number(rustix::process::getpid().as_raw_nonzero().get() as u64);
+        order.push(b" ");
+        order.number(self.grace_ns);
+        order.push(b"\n");
+        // SAFETY: the pipe's write end stays open in this process until
+        // exec (it is close-on-exec), and we only borrow it for the write.
+        let orders = unsafe { BorrowedFd::borrow_raw(self.orders) };
+        let _ = rustix::io::write(orders, order.bytes());
+    }
+}
+
+/// A fixed buffer for one order: no allocation between fork and exec.
+struct Order {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Order {
+            buf: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl Order {
+    fn push(&mut self, bytes: &[u8]) {
+        let end = (self.len + bytes.len()).min(self.buf.len());
+        self.buf[self.len..end].copy_from_slice(&bytes[..end - self.len]);
+        self.len = end;
+    }
+
+    fn number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -270,6 +345,12 @@ mod tests {
         };
         assert!(error < Duration::from_millis(5), "{error:?}");
         assert!(!duty.apply("nonsense 1"), "unknown orders are ignored");
+        let mut order = Order::default();
+        order.push(b"group ");
+        order.number(0);
+        order.push(b" ");
+        order.number(u64::MAX);
+        assert_eq!(order.bytes(), b"group 0 18446744073709551615");
         assert!(duty.apply("done"));
     }
 }

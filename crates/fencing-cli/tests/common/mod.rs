@@ -232,6 +232,10 @@ pub async fn frozen_fence_run_stops_its_child(url: &str, ttl_secs: &str) {
         "the child wrote {} ms after the next grant",
         (last - granted) / 1_000_000
     );
+    eprintln!(
+        "the child's last write came {} ms before the next grant",
+        (granted - last) / 1_000_000
+    );
     run.signal(Signal::CONT);
 
     let (code, stderr) = tokio::task::spawn_blocking(move || run.finish(Duration::from_secs(30)))
