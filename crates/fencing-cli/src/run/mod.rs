@@ -110,25 +110,7 @@ pub async fn run(args: RunArgs) -> Result<u8> {
     }
     // Before anything else, so that no SIGTERM goes unseen (see signals).
     let mut signals = Signals::install()?;
-    let (Some(url), Some(name)) = (args.source.as_deref(), args.lock.as_deref()) else {
-        return Err(Failure::usage("--source and --lock are required"));
-    };
-    if let (Some(ttl), Some(grace)) = (args.ttl, args.grace) {
-        // Refused before connecting: the window can only be shorter.
-        let lease = format!("a {ttl:?} lease");
-        Timing::new(rule::window_for_ttl(ttl), Some(grace), &lease)?;
-    }
-    let source = signals.interruptible(source_arg::open(url)).await??;
-    let lock = source_arg::resource("--lock", name)?;
-    let mut options = AcquireOptions::new();
-    options.ttl = args.ttl;
-    options.timeout = args.wait;
-    options.holder = args.identity.clone();
-
-    let grant = signals
-        .interruptible(source.acquire(&lock, &options))
-        .await?
-        .map_err(|e| source_arg::classify(e, &format!("lock {name:?}")))?;
+    let grant = acquire(&args, &mut signals).await?;
     match start(&args, &grant, &mut signals).await {
         Ok((child, group, timing, watchdog)) => {
             let supervised = Supervised {
@@ -145,6 +127,28 @@ pub async fn run(args: RunArgs) -> Result<u8> {
             Err(f)
         }
     }
+}
+
+/// Connects and waits for the lock, unless SIGINT/SIGTERM comes first.
+async fn acquire(args: &RunArgs, signals: &mut Signals) -> Result<Grant> {
+    let (Some(url), Some(name)) = (args.source.as_deref(), args.lock.as_deref()) else {
+        return Err(Failure::usage("--source and --lock are required"));
+    };
+    if let (Some(ttl), Some(grace)) = (args.ttl, args.grace) {
+        // Refused before connecting: the window can only be shorter.
+        let lease = format!("a {ttl:?} lease");
+        Timing::new(rule::window_for_ttl(ttl), Some(grace), &lease)?;
+    }
+    let source = signals.interruptible(source_arg::open(url)).await??;
+    let lock = source_arg::resource("--lock", name)?;
+    let mut options = AcquireOptions::new();
+    options.ttl = args.ttl;
+    options.timeout = args.wait;
+    options.holder = args.identity.clone();
+    signals
+        .interruptible(source.acquire(&lock, &options))
+        .await?
+        .map_err(|e| source_arg::classify(e, &format!("lock {name:?}")))
 }
 
 type Started = (

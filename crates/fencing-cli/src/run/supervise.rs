@@ -135,6 +135,7 @@ impl Supervised {
                 let status = self.stop(signal, self.bound()).await;
                 Ok(status.map_or(128u8.wrapping_add(signal.as_raw() as u8), exit_code))
             }
+            // Tick and Suspend never end `watch`; grouped here to be total.
             Event::WatchdogGone | Event::Tick | Event::Suspend => {
                 self.stop(Signal::TERM, self.bound()).await;
                 Err(Failure::runtime(
