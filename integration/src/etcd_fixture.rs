@@ -123,6 +123,15 @@ impl Harness for EtcdFixture {
     fn ttl(&self) -> Duration {
         TEST_TTL
     }
+
+    async fn queued(&self, resource: &fencing::ResourceName) -> Option<usize> {
+        let dir = format!("{}/{resource}/", self.prefix);
+        let mut client = self.source().await.client();
+        let count = etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only();
+        Some(client.get(dir, Some(count)).await.ok()?.count() as usize)
+    }
 }
 
 #[async_trait]

@@ -31,12 +31,20 @@ pub async fn no_thundering_herd<S, C, CF>(
         .timeout(Duration::from_secs(60));
     let first = holder.acquire(&lock, &opts).await.unwrap();
     let history = History::new();
+    let gate = std::sync::Arc::new(fencing::MemoryGate::new());
     let mut tasks = Vec::new();
     for (id, s) in waiters.iter().cloned().enumerate() {
-        let (lock, history, opts) = (lock.clone(), history.clone(), opts.clone());
+        let (lock, history, opts, gate) =
+            (lock.clone(), history.clone(), opts.clone(), gate.clone());
         tasks.push(tokio::spawn(async move {
             let g = s.acquire(&lock, &opts).await.expect("waiter acquire");
             history.granted(id + 1, g.token()).await;
+            // A critical section with a gated write: a second holder granted
+            // meanwhile shows as an overlap, and its write as a verdict.
+            // The verdict is judged on the history: a refusal here means a
+            // newer holder already wrote, which the grant check reports.
+            let _ = history.write(&*gate, &lock, id + 1, g.token()).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             history.released(id + 1, g.token()).await;
             g.release().await.unwrap();
         }));
@@ -132,15 +140,18 @@ pub trait ClusterFaults: Send {
 /// its grant, `b` does not get in before `a` releases, and the tokens of
 /// `a`, `b` and then `c` (after the old leader is back) strictly increase.
 /// Returns the three tokens.
-pub async fn leader_loss<S>(
+/// `queued` counts the contenders the coordinator has queued on the lock
+/// (`leader-kill`), so the leader dies only once `b` really waits.
+pub async fn leader_loss<S, Q, QF>(
     cluster: &mut impl ClusterFaults,
-    a: S,
-    b: S,
-    c: S,
+    [a, b, c]: [S; 3],
+    queued: Q,
     ttl: Duration,
 ) -> [FencingToken; 3]
 where
     S: FencingSource + Clone + 'static,
+    Q: Fn() -> QF,
+    QF: Future<Output = usize>,
 {
     let opts = AcquireOptions::new()
         .ttl(ttl)
@@ -157,7 +168,11 @@ where
             g
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let patience = tokio::time::Instant::now() + Duration::from_secs(30);
+    while queued().await < 2 {
+        assert!(tokio::time::Instant::now() < patience, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let leader = cluster.kill_leader().await;
     assert!(
         !waiter.is_finished(),

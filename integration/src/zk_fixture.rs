@@ -80,6 +80,12 @@ impl Harness for ZkFixture {
     fn ttl(&self) -> Duration {
         TEST_SESSION_TIMEOUT
     }
+
+    async fn queued(&self, resource: &fencing::ResourceName) -> Option<usize> {
+        let client = self.source().await.client().await.ok()?;
+        let dir = format!("{}/{resource}", self.path);
+        Some(client.list_children(&dir).await.map_or(0, |c| c.len()))
+    }
 }
 
 #[async_trait]

@@ -426,3 +426,172 @@ async fn zk_negotiated_timeout_too_long_for_the_renew_deadline_is_refused() {
         Err(other) => panic!("{other:?}"),
     }
 }
+
+/// Records a term's end when its work is dropped: at its end, or the moment
+/// the elector cancelled it because leadership may be lost.
+struct TermEnd {
+    id: usize,
+    token: FencingToken,
+    ended: tokio::sync::mpsc::UnboundedSender<(usize, FencingToken, Instant)>,
+    /// Who leads now, for the nemesis; cleared when this term ends.
+    leader: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for TermEnd {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let _ = self
+            .leader
+            .compare_exchange(self.id, usize::MAX, SeqCst, SeqCst);
+        let _ = self.ended.send((self.id, self.token, Instant::now()));
+    }
+}
+
+const PARTITIONS: usize = 4;
+/// Writes per term, one per 100 ms: a term lasts twice the renew deadline,
+/// so a partition that starts in it ends it by loss.
+const TERM_WRITES: usize = 40;
+
+/// Three candidates on their own connections lead in turn, writing through
+/// a gate every 100 ms for four seconds per term, while a nemesis cuts
+/// the current leader off from the cluster for twice the lease, four times.
+/// On the history (a term starts when `run` hands over the context and ends
+/// when its work is dropped, by the elector's cancellation on loss or at
+/// its end): no term starts before the previous one ended, tokens increase,
+/// no stale write is accepted, and every partition ended a term.
+async fn leadership_never_overlaps_under_partitions(
+    candidates: Vec<(
+        Arc<dyn FencingSource>,
+        fencing_integration::etcd_fixture::Partition,
+    )>,
+    name: &str,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let history = History::new();
+    let gate = Arc::new(MemoryGate::new());
+    let (ended, mut ends) = tokio::sync::mpsc::unbounded_channel();
+    let leader = Arc::new(AtomicUsize::new(usize::MAX));
+    let stop = Arc::new(AtomicBool::new(false));
+    let losses = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (id, (source, _)) in candidates.iter().enumerate() {
+        let config = ElectionConfig::new(format!("c{id}"))
+            .lease_duration(LEASE)
+            .renew_deadline(RENEW)
+            .retry_period(RETRY);
+        let elector = LeaderElector::new(source.clone(), election(), config).unwrap();
+        let (history, gate, ended) = (history.clone(), gate.clone(), ended.clone());
+        let (leader, stop, losses, terms) =
+            (leader.clone(), stop.clone(), losses.clone(), terms.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let (history, gate, ended, leader, terms) = (
+                    history.clone(),
+                    gate.clone(),
+                    ended.clone(),
+                    leader.clone(),
+                    terms.clone(),
+                );
+                let term = elector.run(|ctx| async move {
+                    let token = ctx.token();
+                    history.granted(id, token).await;
+                    leader.store(id, Ordering::SeqCst);
+                    terms.fetch_add(1, Ordering::SeqCst);
+                    let _end = TermEnd {
+                        id,
+                        token,
+                        ended,
+                        leader,
+                    };
+                    for _ in 0..TERM_WRITES {
+                        let _ = history.write(&*gate, &election(), id, token).await;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+                match term.await {
+                    Ok(()) => {}
+                    Err(Error::Lost { .. }) => {
+                        losses.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => panic!("c{id}: {e}"),
+                }
+            }
+        }));
+    }
+    for round in 0..PARTITIONS {
+        // Cut a leader at the start of a fresh term, so the term cannot
+        // finish its work before the renew deadline ends it.
+        let seen = terms.load(Ordering::SeqCst);
+        let victim = loop {
+            let id = leader.load(Ordering::SeqCst);
+            if id != usize::MAX && terms.load(Ordering::SeqCst) > seen {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        eprintln!("{name}: partition {round} cuts c{victim}");
+        candidates[victim].1.set(true);
+        tokio::time::sleep(LEASE * 2).await;
+        candidates[victim].1.set(false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        timeout(PATIENCE * 2, task)
+            .await
+            .expect("candidates stop")
+            .unwrap();
+    }
+    drop(ended);
+    while let Some((id, token, at)) = ends.recv().await {
+        history.released_at(id, token, at).await;
+    }
+    history
+        .check()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let lost = losses.load(Ordering::SeqCst);
+    eprintln!("{name}: {PARTITIONS} partitions, {lost} terms ended by loss");
+    assert!(
+        lost >= PARTITIONS,
+        "only {lost} losses for {PARTITIONS} partitions"
+    );
+}
+
+mod under_partitions {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_3_6() {
+        let f = EtcdFixture::start(EtcdVersion::V3_6).await;
+        let mut candidates = Vec::new();
+        for _ in 0..CANDIDATES {
+            let (s, p) = f.partitionable_source().await;
+            candidates.push((Arc::new(s) as Arc<dyn FencingSource>, p));
+        }
+        leadership_never_overlaps_under_partitions(candidates, "etcd 3.6").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn zk_3_9() {
+        let f = ZkFixture::start(ZkVersion::V3_9).await;
+        let mut candidates = Vec::new();
+        for _ in 0..CANDIDATES {
+            let (s, p) = f.partitionable_source().await;
+            candidates.push((Arc::new(s) as Arc<dyn FencingSource>, p));
+        }
+        leadership_never_overlaps_under_partitions(candidates, "ZooKeeper 3.9").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kube_1_36() {
+        let f = KubeFixture::start().await;
+        let mut candidates = Vec::new();
+        for _ in 0..CANDIDATES {
+            let (s, p) = f.partitionable_source().await;
+            candidates.push((Arc::new(s) as Arc<dyn FencingSource>, p));
+        }
+        leadership_never_overlaps_under_partitions(candidates, "Kubernetes 1.36").await;
+    }
+}

@@ -24,8 +24,19 @@ fn opts(ttl: Duration) -> AcquireOptions {
 /// tokens keep increasing and the lock never has two holders.
 async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
     let mut f = EtcdFixture::start(version).await;
-    let (a, b, c) = (f.source().await, f.source().await, f.source().await);
-    scenarios::leader_loss(&mut f.cluster, a, b, c, Duration::from_secs(5)).await;
+    let sources = [f.source().await, f.source().await, f.source().await];
+    let dir = format!("{}/leader-kill/", f.prefix);
+    let observer = sources[2].client();
+    let queued = || {
+        let (mut client, dir) = (observer.clone(), dir.clone());
+        async move {
+            let only_count = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client.get(dir, Some(only_count)).await.map_or(0, |r| r.count() as usize)
+        }
+    };
+    scenarios::leader_loss(&mut f.cluster, sources, queued, Duration::from_secs(5)).await;
 }
 
 /// Every member restarts (same data): tokens continue upward.

@@ -88,6 +88,7 @@ async fn held_across(bounce: Bounce) {
             g
         }
     });
+    // The waiter's first attempt (it polls the Lease; nothing to observe).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = std::time::Instant::now();
     match bounce {
@@ -95,8 +96,17 @@ async fn held_across(bounce: Bounce) {
         Bounce::Etcd => f.cluster_mut().restart_etcd().await.unwrap(),
     }
     eprintln!("{bounce:?} restarted in {:?}", started.elapsed());
-    // Give the renew loop two periods to reach the server again.
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    // Wait for the outcome itself: a renewal sent after the restart was
+    // confirmed, or the grant was lost.
+    let restarted = tokio::time::Instant::now();
+    let settled = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ga.is_live() && ga.lease().last_renewal() < restarted {
+        assert!(
+            tokio::time::Instant::now() < settled,
+            "neither renewed nor lost 60 s after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let first = ga.token();
     if ga.is_live() {
         assert!(

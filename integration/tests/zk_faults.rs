@@ -26,9 +26,15 @@ fn opts(session_timeout: Duration) -> AcquireOptions {
 /// tokens keep increasing across the new epoch; never two holders.
 async fn leader_killed_while_held_and_waited_for(version: ZkVersion) {
     let mut f = ZkFixture::start(version).await;
-    let (a, b, c) = (f.source().await, f.source().await, f.source().await);
+    let sources = [f.source().await, f.source().await, f.source().await];
+    let observer = sources[2].client().await.unwrap();
+    let dir = format!("{}/leader-kill", f.path);
+    let queued = || {
+        let (client, dir) = (observer.clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
+    };
     let [first, _, third] =
-        scenarios::leader_loss(&mut f.ensemble, a, b, c, Duration::from_secs(6)).await;
+        scenarios::leader_loss(&mut f.ensemble, sources, queued, Duration::from_secs(6)).await;
     let epoch = |t: FencingToken| t.get() >> 32;
     assert!(
         epoch(third) > epoch(first),

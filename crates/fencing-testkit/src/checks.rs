@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{AcquireOptions, Error, FileGate, Gate, Grant, MemoryGate};
+use fencing_core::{AcquireOptions, Error, FileGate, Gate, Grant, MemoryGate, ResourceName};
 use tokio::time::Instant;
 
 use crate::harness::{Client, Harness};
@@ -120,6 +120,24 @@ pub async fn expiry_regrants_with_higher_token(h: &dyn Harness) {
     gb.release().await.expect("release");
 }
 
+/// Returns once `n` contenders are queued on `resource` where the backend
+/// shows its queue; elsewhere (a polling waiter, no queue to see) after
+/// half a TTL, time for a waiter's first attempt.
+async fn wait_until_queued(h: &dyn Harness, resource: &ResourceName, n: usize) {
+    let patience = Instant::now() + Duration::from_secs(30);
+    loop {
+        match h.queued(resource).await {
+            None => return tokio::time::sleep(h.ttl() / 2).await,
+            Some(queued) if queued >= n => return,
+            Some(queued) => assert!(
+                Instant::now() < patience,
+                "only {queued} of {n} contenders queued after 30 s"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Release hands the resource to a waiting contender at once, with a
 /// higher token, without waiting for the lease to run out.
 pub async fn release_hands_over_to_waiter(h: &dyn Harness) {
@@ -130,7 +148,7 @@ pub async fn release_hands_over_to_waiter(h: &dyn Harness) {
         let (src, r, o) = (b.source.clone(), r.clone(), opts(h));
         async move { src.acquire(&r, &o).await.map(|g| (g, Instant::now())) }
     });
-    tokio::time::sleep(h.ttl() / 2).await;
+    wait_until_queued(h, &r, 2).await;
     assert!(
         !waiter.is_finished(),
         "waiter got the resource while it was held"
@@ -168,18 +186,27 @@ pub async fn stale_holder_write_is_rejected(h: &dyn Harness) {
             .expect("first write");
     }
     a.stall().await;
-    ga.lost().await;
-    history.released(0, ga.token()).await;
+    // The old holder stops when its lost() fires, seen by a watcher while
+    // the new holder acquires, so the history shows which came first.
+    let (old_token, ga) = (ga.token(), Arc::new(ga));
+    let loss = tokio::spawn({
+        let (ga, history) = (ga.clone(), history.clone());
+        async move {
+            ga.lost().await;
+            history.released_at(0, ga.token(), Instant::now()).await;
+        }
+    });
     let gb = acquire(&b, h, &r).await;
     history.granted(1, gb.token()).await;
+    loss.await.expect("loss watcher");
     for gate in gates {
         history
             .write(gate, &r, 1, gb.token())
             .await
             .expect("new holder's write");
-        match history.write(gate, &r, 0, ga.token()).await {
+        match history.write(gate, &r, 0, old_token).await {
             Err(Error::Stale { presented, highest }) => {
-                assert_eq!((presented, highest), (ga.token(), gb.token()));
+                assert_eq!((presented, highest), (old_token, gb.token()));
             }
             other => panic!("stale write was not refused: {other:?}"),
         }

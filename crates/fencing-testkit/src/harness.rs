@@ -46,6 +46,13 @@ pub trait Harness: Send + Sync {
     /// finish quickly, but long enough for a loaded machine (2 s or more).
     fn ttl(&self) -> Duration;
 
+    /// How many contenders (holder and waiters) are queued on `resource`
+    /// at the coordinator, for backends with a visible queue (etcd keys,
+    /// ZooKeeper nodes); `None` where there is none to see.
+    async fn queued(&self, _resource: &ResourceName) -> Option<usize> {
+        None
+    }
+
     /// A resource name no other check or earlier run uses.
     fn resource(&self, check: &str) -> ResourceName {
         let suffix = uuid_like();

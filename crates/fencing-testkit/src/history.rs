@@ -56,22 +56,33 @@ impl History {
         Self::default()
     }
 
-    /// Records that `client` got `token`.
+    /// Records that `client` got `token` now (call it when acquire returns).
     pub async fn granted(&self, client: usize, token: FencingToken) {
-        self.events.lock().await.push(Event::Granted {
-            client,
-            token,
-            at: Instant::now(),
-        });
+        self.granted_at(client, token, Instant::now()).await;
     }
 
-    /// Records that `client` stops using `token`.
+    /// Records that `client`'s acquire of `token` returned at `at`.
+    pub async fn granted_at(&self, client: usize, token: FencingToken, at: Instant) {
+        self.events
+            .lock()
+            .await
+            .push(Event::Granted { client, token, at });
+    }
+
+    /// Records that `client` stops using `token` now: call it when release
+    /// starts, or when `lost()` fired, never earlier, or the check cannot
+    /// see an overlap.
     pub async fn released(&self, client: usize, token: FencingToken) {
-        self.events.lock().await.push(Event::Released {
-            client,
-            token,
-            at: Instant::now(),
-        });
+        self.released_at(client, token, Instant::now()).await;
+    }
+
+    /// Records that `client` stopped using `token` at `at` (for example the
+    /// moment its `lost()` fired, seen by a watcher task).
+    pub async fn released_at(&self, client: usize, token: FencingToken, at: Instant) {
+        self.events
+            .lock()
+            .await
+            .push(Event::Released { client, token, at });
     }
 
     /// Sends a write through the gate and records the verdict.
@@ -108,14 +119,34 @@ impl History {
         check_grants(&events)?;
         check_writes(&events)
     }
+
+    /// Checks only the gate's verdicts: for scenarios where a holder is
+    /// frozen on purpose, so it still believes it holds (no release can be
+    /// recorded for it) while the next holder is granted.
+    pub async fn check_writes(&self) -> Result<(), String> {
+        check_writes(&self.events().await)
+    }
 }
 
-/// Grants: tokens strictly increase in the order they were handed out, and
-/// a grant never starts before the previous holder released.
+/// Grants, by the time they were recorded (not the order the records were
+/// pushed, which a watcher task may delay): tokens strictly increase, and
+/// no acquire returned before the previous holder stopped (its release
+/// began, or its `lost()` fired). A release is recorded no later than the
+/// coordinator freed the lock and a grant no earlier than it was made, so
+/// a reported overlap is a real one.
 fn check_grants(events: &[Event]) -> Result<(), String> {
+    let mut timeline: Vec<&Event> = events
+        .iter()
+        .filter(|e| !matches!(e, Event::Write { .. }))
+        .collect();
+    // Stable: events at the same instant keep the order they were pushed.
+    timeline.sort_by_key(|e| match e {
+        Event::Released { at, .. } | Event::Granted { at, .. } => *at,
+        Event::Write { .. } => unreachable!("filtered out"),
+    });
     let mut open: Option<(usize, FencingToken)> = None;
     let mut last: Option<FencingToken> = None;
-    for e in events {
+    for e in timeline {
         match *e {
             Event::Granted { client, token, .. } => {
                 if let Some(prev) = last.filter(|p| token <= *p) {
@@ -216,6 +247,51 @@ mod tests {
             },
         ];
         assert!(check_grants(&backwards).is_err());
+    }
+
+    #[test]
+    fn judges_by_the_recorded_times_not_the_push_order() {
+        let start = Instant::now();
+        let later = start + std::time::Duration::from_millis(5);
+        // The old holder's loss was pushed after the new grant, but happened
+        // before it: no overlap.
+        let loss_seen_late = vec![
+            Event::Granted {
+                client: 0,
+                token: t(1),
+                at: start,
+            },
+            Event::Granted {
+                client: 1,
+                token: t(2),
+                at: later,
+            },
+            Event::Released {
+                client: 0,
+                token: t(1),
+                at: start,
+            },
+        ];
+        assert!(check_grants(&loss_seen_late).is_ok());
+        // Pushed in a harmless order, but the loss came after the grant.
+        let loss_after_grant = vec![
+            Event::Granted {
+                client: 0,
+                token: t(1),
+                at: start,
+            },
+            Event::Released {
+                client: 0,
+                token: t(1),
+                at: later,
+            },
+            Event::Granted {
+                client: 1,
+                token: t(2),
+                at: start,
+            },
+        ];
+        assert!(check_grants(&loss_after_grant).is_err());
     }
 
     #[test]
