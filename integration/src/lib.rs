@@ -4,6 +4,7 @@
 //! ([`proxy`]).
 
 pub mod campaign;
+pub mod durability;
 pub mod etcd_cluster;
 pub mod etcd_fixture;
 pub mod frozen;

@@ -1,5 +1,11 @@
 //! kill -9 in the middle of granting never lets a LocalSource token repeat
 //! or go backwards, and leaves the directory readable.
+//!
+//! SIGKILL keeps the page cache, so that test alone would pass with every
+//! fsync removed. A power loss keeps only what was made durable: the second
+//! test traces the grant loop's syscalls and checks that every state file
+//! was fsynced before its rename, and its directory after it, before each
+//! token was printed (see `fencing_integration::durability`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -64,4 +70,38 @@ async fn sigkill_while_granting_never_repeats_a_token() {
         next.token()
     );
     next.release().await.unwrap();
+}
+
+#[test]
+fn every_token_is_durable_before_it_is_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace");
+    let state = dir.path().join("state");
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-s", "0", "-o"])
+        .arg(&trace)
+        .args([
+            "-e",
+            "trace=openat,write,pwrite64,writev,fsync,fdatasync,rename,renameat,renameat2,close",
+        ])
+        .arg(env!("CARGO_BIN_EXE_grant-loop"))
+        .arg(&state)
+        .args(["traced", "20"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("strace is installed by scripts/install/netns.sh");
+    assert!(status.success(), "traced grant loop: {status}");
+    let calls = fencing_integration::durability::parse(&std::fs::read_to_string(&trace).unwrap());
+    let renames = calls
+        .iter()
+        .filter(|c| matches!(c, fencing_integration::durability::Call::Rename { .. }))
+        .count();
+    let announced =
+        fencing_integration::durability::check(&calls).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{announced} tokens announced after {renames} durable replaces");
+    assert_eq!(announced, 20, "one stdout write per token");
+    assert!(
+        renames >= 20,
+        "only {renames} renames: is the state still replaced by rename?"
+    );
 }

@@ -2,7 +2,7 @@
 //! each token once its grant has returned. The crash test kills it with
 //! SIGKILL at random moments, mostly in the middle of granting.
 //!
-//! Usage: grant-loop DIR RESOURCE
+//! Usage: grant-loop DIR RESOURCE [ROUNDS]
 
 use std::io::Write;
 use std::time::Duration;
@@ -15,7 +15,11 @@ const MAX_ROUNDS: usize = 100_000;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(dir), Some(resource)) = (args.next(), args.next()) else {
-        return Err("usage: grant-loop DIR RESOURCE".into());
+        return Err("usage: grant-loop DIR RESOURCE [ROUNDS]".into());
+    };
+    let rounds = match args.next() {
+        Some(n) => n.parse()?,
+        None => MAX_ROUNDS,
     };
     let source = LocalSource::open(dir)?;
     let resource = ResourceName::new(resource)?;
@@ -23,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ttl(Duration::from_millis(300))
         .timeout(Duration::from_secs(20));
     let mut out = std::io::stdout().lock();
-    for _ in 0..MAX_ROUNDS {
+    for _ in 0..rounds {
         let grant = source.acquire(&resource, &opts).await?;
         writeln!(out, "{}", grant.token())?;
         out.flush()?;
