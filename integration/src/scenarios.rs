@@ -170,7 +170,10 @@ where
     });
     let patience = tokio::time::Instant::now() + Duration::from_secs(30);
     while queued().await < 2 {
-        assert!(tokio::time::Instant::now() < patience, "the waiter never queued");
+        assert!(
+            tokio::time::Instant::now() < patience,
+            "the waiter never queued"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let leader = cluster.kill_leader().await;

@@ -33,7 +33,10 @@ async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
             let only_count = etcd_client::GetOptions::new()
                 .with_prefix()
                 .with_count_only();
-            client.get(dir, Some(only_count)).await.map_or(0, |r| r.count() as usize)
+            client
+                .get(dir, Some(only_count))
+                .await
+                .map_or(0, |r| r.count() as usize)
         }
     };
     scenarios::leader_loss(&mut f.cluster, sources, queued, Duration::from_secs(5)).await;
