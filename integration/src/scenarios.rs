@@ -285,3 +285,43 @@ pub async fn failed_release_is_retried<S>(
     }
     granted.release().await.unwrap();
 }
+
+/// A waiter (behind `partition`) is cut off for twice the TTL while it is
+/// queued, so its session is lost. It must start a new session and queue
+/// again rather than give up: once the holder releases, it is granted,
+/// within its own 60 s wait bound.
+pub async fn waiter_requeues_after_losing_its_session<S>(
+    holder: S,
+    waiter: S,
+    partition: &crate::etcd_fixture::Partition,
+    ttl: Duration,
+) where
+    S: FencingSource + Clone + 'static,
+{
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(60));
+    let lock = ResourceName::new("requeue").unwrap();
+    let held = holder.acquire(&lock, &opts).await.unwrap();
+    let waiting = tokio::spawn({
+        let (lock, opts) = (lock.clone(), opts.clone());
+        async move { waiter.acquire(&lock, &opts).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    partition.set(true);
+    tokio::time::sleep(ttl * 2).await;
+    partition.set(false);
+    if waiting.is_finished() {
+        let outcome = waiting.await.unwrap();
+        panic!("the waiter stopped waiting after losing its session: {outcome:?}");
+    }
+    let first = held.token();
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("granted after the release")
+        .unwrap()
+        .expect("the waiter's acquire");
+    assert!(granted.token() > first, "{} after {first}", granted.token());
+    granted.release().await.unwrap();
+}

@@ -224,6 +224,21 @@ async fn failed_release_is_retried(version: EtcdVersion) {
     .await;
 }
 
+/// A waiter whose session is lost while it is queued (a partition longer
+/// than the TTL) queues again with a new session instead of giving up.
+async fn waiter_requeues_after_losing_its_session(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let holder = f.source().await;
+    let (waiter, partition) = f.partitionable_source().await;
+    scenarios::waiter_requeues_after_losing_its_session(
+        holder,
+        waiter,
+        &partition,
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
 /// Bad input: unreachable endpoints time out naming them; a bad prefix and
 /// a resource with '/' are refused.
 async fn bad_input_is_refused(version: EtcdVersion) {
@@ -278,5 +293,6 @@ fencing_integration::on_both_etcd_versions!(
     guarded_txn_refuses_a_superseded_grant,
     guarded_txn_is_never_applied_twice,
     failed_release_is_retried,
+    waiter_requeues_after_losing_its_session,
     bad_input_is_refused,
 );

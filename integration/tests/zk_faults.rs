@@ -336,6 +336,21 @@ async fn guarded_multi_opens_no_extra_session(version: ZkVersion) {
     g.release().await.unwrap();
 }
 
+/// A waiter whose session is lost while it is queued (a partition longer
+/// than the TTL) queues again with a new session instead of giving up.
+async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let holder = f.source().await;
+    let (waiter, partition) = f.partitionable_source().await;
+    scenarios::waiter_requeues_after_losing_its_session(
+        holder,
+        waiter,
+        &partition,
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
 /// Bad input: unreachable ensembles time out naming the hosts; bad paths
 /// and resource names are refused.
 async fn bad_input_is_refused(version: ZkVersion) {
@@ -395,6 +410,7 @@ fencing_integration::on_both_zk_versions!(
     guarded_multi_refuses_a_superseded_grant,
     digest_acls_protect_lock_nodes,
     failed_release_is_retried,
+    waiter_requeues_after_losing_its_session,
     abandoned_create_leaves_no_node,
     guarded_multi_opens_no_extra_session,
     bad_input_is_refused,

@@ -137,6 +137,51 @@ pub async fn with_timeout<T>(
     }
 }
 
+/// An acquire that waits: runs `attempt` again whenever the wait was cut
+/// short, until it is granted or the caller's time limit (applied outside,
+/// with [`with_timeout`]) ends it. A session lost while queued (the member
+/// carrying it died, a partition outlived the TTL) starts a new session and
+/// queues again; with a time limit (`bounded`), a failed request (timeout,
+/// unreachable cluster, backend error) is retried too, so the error only
+/// surfaces when the caller's bound ends. Configuration, permission and
+/// name errors return at once. `requeued` counts the new attempts, for the
+/// caller's timeout message.
+pub async fn wait_requeuing<T, F, Fut>(
+    bounded: bool,
+    requeued: &std::sync::atomic::AtomicUsize,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    loop {
+        let error = match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e @ Error::Lost { .. }) => e,
+            Err(
+                e @ (Error::Timeout { .. } | Error::Unreachable { .. } | Error::Backend { .. }),
+            ) if bounded => e,
+            Err(e) => return Err(e),
+        };
+        let n = requeued.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        tracing::warn!(error = %error, requeued = n, "acquire interrupted while waiting; queueing again");
+        // A moment for the cluster or the connection to settle.
+        tokio::time::sleep(REQUEUE_PAUSE).await;
+    }
+}
+
+const REQUEUE_PAUSE: Duration = Duration::from_millis(100);
+
+/// Appended to an acquire's timeout message: how often it queued again.
+#[must_use]
+pub fn requeue_note(requeued: &std::sync::atomic::AtomicUsize) -> String {
+    match requeued.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => String::new(),
+        n => format!(" (queued again {n} times after losing its session or a request)"),
+    }
+}
+
 /// A default holder identity: host name, process id and a random suffix.
 #[must_use]
 pub fn default_holder_identity() -> String {
@@ -146,4 +191,59 @@ pub fn default_holder_identity() -> String {
         .into_owned();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Fails with each error of `errors` in turn, then succeeds.
+    fn scripted(errors: Vec<Error>) -> impl FnMut() -> std::future::Ready<Result<u8>> {
+        let mut errors = errors.into_iter();
+        move || std::future::ready(errors.next().map_or(Ok(7), Err))
+    }
+
+    fn timeout() -> Error {
+        Error::Timeout {
+            operation: "lock txn".into(),
+            after: Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_session_queues_again_and_counts() {
+        let n = AtomicUsize::new(0);
+        let lost = || Error::lost("r", "session lost while waiting");
+        let got = wait_requeuing(false, &n, scripted(vec![lost(), lost()])).await;
+        assert_eq!(got.unwrap(), 7);
+        assert_eq!(
+            requeue_note(&n),
+            " (queued again 2 times after losing its session or a request)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_requests_are_retried_only_within_a_bound() {
+        let n = AtomicUsize::new(0);
+        assert!(wait_requeuing(false, &n, scripted(vec![timeout()]))
+            .await
+            .is_err());
+        assert_eq!(
+            wait_requeuing(true, &n, scripted(vec![timeout()]))
+                .await
+                .unwrap(),
+            7
+        );
+        let refused = scripted(vec![Error::PermissionDenied("no".into())]);
+        assert!(matches!(
+            wait_requeuing(true, &n, refused).await,
+            Err(Error::PermissionDenied(_))
+        ));
+        assert_eq!(
+            requeue_note(&n),
+            " (queued again 1 times after losing its session or a request)"
+        );
+    }
 }

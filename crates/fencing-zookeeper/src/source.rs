@@ -1,15 +1,15 @@
 //! ZkSource: the FencingSource over a ZooKeeper ensemble.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, with_timeout, AcquireOptions,
-    Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, ResourceName, Result,
-    SourceId,
+    default_holder_identity, ensure_same_source, release_until_lost, requeue_note, wait_requeuing,
+    with_timeout, AcquireOptions, Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo,
+    ResourceName, Result, SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -337,18 +337,18 @@ impl FencingSource for ZkSource {
     }
 
     async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        let requeued = AtomicUsize::new(0);
         let operation = || {
             format!(
-                "acquire {resource:?} on ZooKeeper [{}]",
-                self.inner.cfg.hosts.join(",")
+                "acquire {resource:?} on ZooKeeper [{}]{}",
+                self.inner.cfg.hosts.join(","),
+                requeue_note(&requeued)
             )
         };
-        let grant = with_timeout(
-            options.timeout,
-            operation,
-            self.take(resource, options, true),
-        )
-        .await?;
+        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
+            self.take(resource, options, true)
+        });
+        let grant = with_timeout(options.timeout, operation, waiting).await?;
         grant.ok_or_else(|| Error::backend("ZooKeeper acquire", "gave up without waiting"))
     }
 
