@@ -136,10 +136,34 @@ impl Harness for EtcdFixture {
 
 #[async_trait]
 impl crate::scenarios::ClusterFaults for crate::etcd_cluster::EtcdCluster {
+    fn members(&self) -> usize {
+        self.member_count()
+    }
+
+    fn kill(&mut self, i: usize) {
+        EtcdCluster::kill(self, i);
+    }
+
+    fn pause(&mut self, i: usize) {
+        EtcdCluster::pause(self, i);
+    }
+
+    fn resume(&mut self, i: usize) {
+        EtcdCluster::resume(self, i);
+    }
+
+    async fn wait_healthy(&mut self) {
+        EtcdCluster::wait_healthy(self)
+            .await
+            .expect("the cluster serves again");
+    }
+
     async fn kill_leader(&mut self) -> usize {
         let leader = self.leader().await.expect("a leader");
         self.kill(leader);
-        self.wait_healthy().await.expect("the others serve");
+        EtcdCluster::wait_healthy(self)
+            .await
+            .expect("the others serve");
         leader
     }
 

@@ -127,6 +127,16 @@ pub fn check_interop(mut held: Vec<Held>, label: &str) {
 /// What the fault scenarios need from a cluster.
 #[async_trait::async_trait]
 pub trait ClusterFaults: Send {
+    /// How many members the cluster has.
+    fn members(&self) -> usize;
+    /// Kills member `i` (SIGKILL).
+    fn kill(&mut self, i: usize);
+    /// Freezes member `i` (SIGSTOP).
+    fn pause(&mut self, i: usize);
+    /// Thaws member `i` (SIGCONT).
+    fn resume(&mut self, i: usize);
+    /// Waits until every running member serves.
+    async fn wait_healthy(&mut self);
     /// Kills every member and starts them all again on their data.
     async fn restart_all(&mut self);
     /// Kills the current leader and waits until the rest serve again;
@@ -324,4 +334,131 @@ pub async fn waiter_requeues_after_losing_its_session<S>(
         .expect("the waiter's acquire");
     assert!(granted.token() > first, "{} after {first}", granted.token());
     granted.release().await.unwrap();
+}
+
+/// One single-member fault of [`ride_through_member_faults`].
+#[derive(Clone, Copy, Debug)]
+pub enum MemberFault {
+    /// SIGKILL, down for a while, started again on its data.
+    Kill,
+    /// SIGSTOP for a while, then SIGCONT.
+    Pause,
+    /// SIGKILL and an immediate start on its data.
+    Restart,
+}
+
+/// What [`ride_through_member_faults`] saw.
+#[derive(Debug, Default)]
+pub struct RideThrough {
+    /// Faults injected.
+    pub faults: usize,
+    /// For each fault: from the fault to the holder's first renewal sent
+    /// after it and confirmed, in ms (`None`: the grant was lost).
+    pub renewal_ms: Vec<Option<u128>>,
+    /// Waiters whose acquire returned an error before the end.
+    pub waiters_gave_up: usize,
+}
+
+/// One holder and four waiters on a lock while every member in turn is
+/// killed, paused and restarted `rounds` times (one member at a time, so
+/// quorum holds; each fault lasts `down`). Counts leases lost, waiters that
+/// gave up early, and how long after each fault the holder's lease was
+/// renewed again. At the end the holder releases and every waiter must be
+/// granted in turn.
+pub async fn ride_through_member_faults<S>(
+    cluster: &mut impl ClusterFaults,
+    holder: S,
+    waiters: Vec<S>,
+    ttl: Duration,
+    rounds: usize,
+    down: Duration,
+) -> RideThrough
+where
+    S: FencingSource + Clone + 'static,
+{
+    let lock = ResourceName::new("ride-through").unwrap();
+    let hold = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30));
+    let held = holder.acquire(&lock, &hold).await.unwrap();
+    let wait = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(3600));
+    let queue: Vec<_> = waiters
+        .into_iter()
+        .map(|w| {
+            let (lock, wait) = (lock.clone(), wait.clone());
+            // Each waiter gives the lock back at once, so the next in line
+            // is not stuck behind a task nobody has joined yet.
+            tokio::spawn(async move { w.acquire(&lock, &wait).await?.release().await })
+        })
+        .collect();
+    let mut seen = RideThrough::default();
+    for _ in 0..rounds {
+        for member in 0..cluster.members() {
+            for fault in [MemberFault::Kill, MemberFault::Pause, MemberFault::Restart] {
+                let at = tokio::time::Instant::now();
+                let renewed = tokio::spawn(first_renewal_after(held.lease().clone(), at));
+                inject(cluster, member, fault, down).await;
+                let ms = renewed.await.unwrap();
+                eprintln!("{fault:?} of member {member}: renewed after {ms:?} ms");
+                seen.faults += 1;
+                seen.renewal_ms.push(ms);
+            }
+        }
+    }
+    held.release().await.unwrap();
+    for waiter in queue {
+        match tokio::time::timeout(Duration::from_secs(60), waiter).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                eprintln!("a waiter gave up: {e}");
+                seen.waiters_gave_up += 1;
+            }
+            other => panic!("waiter not granted a minute after the release: {other:?}"),
+        }
+    }
+    seen
+}
+
+async fn inject(
+    cluster: &mut impl ClusterFaults,
+    member: usize,
+    fault: MemberFault,
+    down: Duration,
+) {
+    match fault {
+        MemberFault::Kill => {
+            cluster.kill(member);
+            tokio::time::sleep(down).await;
+            cluster.restart(member).await;
+        }
+        MemberFault::Pause => {
+            cluster.pause(member);
+            tokio::time::sleep(down).await;
+            cluster.resume(member);
+        }
+        MemberFault::Restart => {
+            cluster.kill(member);
+            cluster.restart(member).await;
+        }
+    }
+    cluster.wait_healthy().await;
+}
+
+/// Ms from `at` until a renewal sent after `at` was confirmed; `None` when
+/// the grant was lost first.
+async fn first_renewal_after(
+    lease: fencing::LeaseTracker,
+    at: tokio::time::Instant,
+) -> Option<u128> {
+    loop {
+        if !lease.is_live() {
+            return None;
+        }
+        if lease.last_renewal() > at {
+            return Some(at.elapsed().as_millis());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

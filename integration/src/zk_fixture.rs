@@ -90,10 +90,34 @@ impl Harness for ZkFixture {
 
 #[async_trait]
 impl crate::scenarios::ClusterFaults for ZkEnsemble {
+    fn members(&self) -> usize {
+        self.server_count()
+    }
+
+    fn kill(&mut self, i: usize) {
+        ZkEnsemble::kill(self, i);
+    }
+
+    fn pause(&mut self, i: usize) {
+        ZkEnsemble::pause(self, i);
+    }
+
+    fn resume(&mut self, i: usize) {
+        ZkEnsemble::resume(self, i);
+    }
+
+    async fn wait_healthy(&mut self) {
+        ZkEnsemble::wait_healthy(self)
+            .await
+            .expect("the cluster serves again");
+    }
+
     async fn kill_leader(&mut self) -> usize {
         let leader = self.leader().await.expect("a leader");
         self.kill(leader);
-        self.wait_healthy().await.expect("the others serve");
+        ZkEnsemble::wait_healthy(self)
+            .await
+            .expect("the others serve");
         leader
     }
 

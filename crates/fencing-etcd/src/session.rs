@@ -93,50 +93,49 @@ impl Drop for Session {
     }
 }
 
-/// Renews every TTL/3. A reply with TTL 0 ends the session; a broken stream
-/// is reopened on the next round, and if that keeps failing the local
-/// deadline ends it.
+/// Renews every TTL/3. A reply with TTL 0 ends the session. A failed or
+/// unanswered renewal is retried on a fresh stream after a short pause, not
+/// a whole period later: when the member carrying the stream dies or
+/// stalls, the next attempts reach another member while the lease still
+/// has time left. Each attempt is bounded by half a period, so several fit
+/// before the local deadline ends the session.
 async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) {
     let period = ttl / 3;
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+    let mut wait = period;
     loop {
         tokio::select! {
             _ = group.lease().lost() => {
                 group.lose("etcd lease deadline passed without a confirmed renewal");
                 return;
             }
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
         let sent = Instant::now();
-        match tokio::time::timeout(
-            period,
-            renew_once(&conn, id, ttl.as_secs() as i64, &mut stream),
-        )
-        .await
-        {
+        let attempt = renew_once(&conn, id, ttl.as_secs() as i64, &mut stream);
+        let failure = match tokio::time::timeout(period / 2, attempt).await {
             Ok(Ok(granted)) if granted > 0 => {
                 if !group.renewed(sent, Duration::from_secs(granted as u64)) {
                     return;
                 }
+                wait = period;
+                continue;
             }
             Ok(Ok(_)) | Ok(Err(Renewal::Expired)) => {
                 group.lose("etcd lease expired (keep-alive answered TTL 0)");
                 return;
             }
-            Ok(Err(Renewal::Failed(e))) => {
-                tracing::warn!(lease = format_args!("{id:x}"), error = %e, "etcd keep-alive failed; retrying");
-                stream = None;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    lease = format_args!("{id:x}"),
-                    "etcd keep-alive timed out; retrying"
-                );
-                stream = None;
-            }
-        }
+            Ok(Err(Renewal::Failed(e))) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", period / 2),
+        };
+        tracing::warn!(lease = format_args!("{id:x}"), error = %failure, "etcd keep-alive failed; retrying on a new stream");
+        stream = None;
+        wait = RETRY_PAUSE;
     }
 }
+
+/// Pause before a failed renewal is tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 enum Renewal {
     Expired,
