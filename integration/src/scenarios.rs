@@ -462,3 +462,55 @@ async fn first_renewal_after(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// With each member in turn killed just before the first release, `a` and
+/// `b` hand the lock back and forth `per_member` times: one waits, the
+/// other releases. Returns, in ms, the time from the start of each release
+/// to the waiter's grant.
+pub async fn handover_with_a_member_dead<S>(
+    cluster: &mut impl ClusterFaults,
+    a: S,
+    b: S,
+    ttl: Duration,
+    per_member: usize,
+) -> Vec<u128>
+where
+    S: FencingSource + Clone + 'static,
+{
+    let lock = ResourceName::new("handover-dead-member").unwrap();
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30));
+    let mut samples = Vec::new();
+    for member in 0..cluster.members() {
+        let mut holder = a.acquire(&lock, &opts).await.unwrap();
+        let (mut me, mut other) = (a.clone(), b.clone());
+        for round in 0..per_member {
+            let waiting = tokio::spawn({
+                let (other, lock, opts) = (other.clone(), lock.clone(), opts.clone());
+                async move {
+                    let g = other.acquire(&lock, &opts).await;
+                    (g, tokio::time::Instant::now())
+                }
+            });
+            // Let the waiter queue (a hand-over to a queued waiter is what
+            // is measured; its first attempt sees the lock held).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if round == 0 {
+                // Killed just before the first release: the clients' open
+                // connections to it are the ones a release could stall on.
+                cluster.kill(member);
+            }
+            let released = tokio::time::Instant::now();
+            holder.release().await.unwrap();
+            let (granted, at) = waiting.await.unwrap();
+            holder = granted.unwrap();
+            samples.push((at - released).as_millis());
+            std::mem::swap(&mut me, &mut other);
+        }
+        holder.release().await.unwrap();
+        cluster.restart(member).await;
+        cluster.wait_healthy().await;
+    }
+    samples
+}

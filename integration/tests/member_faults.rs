@@ -58,3 +58,35 @@ async fn zookeeper_rides_through_member_faults() {
             .await;
     report("ZooKeeper 3.9", &seen);
 }
+
+fn handover_report(name: &str, mut ms: Vec<u128>) {
+    eprintln!("{name}: hand-overs in order (ms): {ms:?}");
+    ms.sort_unstable();
+    let median = ms[ms.len() / 2];
+    eprintln!(
+        "{name}: release to next grant with one member dead, {} hand-overs: median {median} ms, max {} ms",
+        ms.len(),
+        ms[ms.len() - 1]
+    );
+    assert!(median < 100, "{name}: median hand-over {median} ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_hands_over_with_a_member_dead() {
+    let mut f = EtcdFixture::start(EtcdVersion::V3_6).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let ms =
+        scenarios::handover_with_a_member_dead(&mut f.cluster, a, b, Duration::from_secs(5), 5)
+            .await;
+    handover_report("etcd 3.6", ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_hands_over_with_a_member_dead() {
+    let mut f = ZkFixture::start(ZkVersion::V3_9).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let ms =
+        scenarios::handover_with_a_member_dead(&mut f.ensemble, a, b, Duration::from_secs(4), 5)
+            .await;
+    handover_report("ZooKeeper 3.9", ms);
+}

@@ -59,6 +59,12 @@ impl Conn {
     /// fresh client handle per attempt, so it must be safe to repeat: every
     /// request of this crate is a read, a txn guarded by a compare, or a
     /// lease operation whose duplicate only expires.
+    ///
+    /// Each attempt gets an eighth of the request timeout (at least 250 ms): a
+    /// request forwarded to a leader that just died is never answered, and
+    /// would otherwise hold the caller (a release, with the next holder
+    /// waiting) for the whole timeout instead of being re-sent once a new
+    /// leader is elected.
     pub(crate) async fn call<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
     where
         F: FnMut(Client) -> Fut,
@@ -69,10 +75,16 @@ impl Conn {
         // Why the last attempt failed: a timeout after refused connections
         // is reported as unreachable, not as a slow cluster.
         let mut unreachable = None;
+        let per_attempt = (self.timeout / 8).max(Duration::from_millis(250));
         loop {
-            let attempt = tokio::time::timeout_at(deadline, op(self.client.clone())).await;
+            let now = tokio::time::Instant::now();
+            let attempt_deadline = deadline.min(now + per_attempt);
+            let attempt = tokio::time::timeout_at(attempt_deadline, op(self.client.clone())).await;
             match attempt {
                 Ok(Ok(v)) => return Ok(v),
+                Err(_) if attempt_deadline < deadline => {
+                    tracing::debug!(what, ?per_attempt, "etcd request unanswered; re-sending");
+                }
                 Ok(Err(e))
                     if is_transient(&e) && tokio::time::Instant::now() + pause < deadline =>
                 {
