@@ -39,6 +39,12 @@ impl Session {
         let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
         let group = Arc::new(LeaseGroup::new(sent, ttl));
         let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, group.clone()));
+        if ttl < RIDES_THROUGH_FAILOVER {
+            tracing::warn!(
+                ?ttl,
+                "etcd lease shorter than 5 s: one failed member can cost it"
+            );
+        }
         tracing::debug!(
             lease = format_args!("{:x}", resp.id()),
             ?ttl,
@@ -133,6 +139,10 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) 
         wait = RETRY_PAUSE;
     }
 }
+
+/// The shortest TTL measured to survive any single member kill, pause or
+/// restart with quorum intact (integration/tests/member_faults.rs).
+const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(5);
 
 /// Pause before a failed renewal is tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);

@@ -80,6 +80,11 @@ impl Zk {
 
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// The shortest session timeout measured to survive any single server
+/// kill, pause or restart with quorum intact
+/// (integration/tests/member_faults.rs).
+const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(4);
+
 /// Runs `read` after a `sync`, pipelined on one connection: the server
 /// answers the read only after it caught up with what the leader had
 /// committed when it answered the sync, and a server cut off from its
@@ -146,6 +151,12 @@ impl Session {
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, timeout));
         let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
+        if timeout < RIDES_THROUGH_FAILOVER {
+            tracing::warn!(
+                ?timeout,
+                "ZooKeeper session shorter than 4 s: one failed server can cost it"
+            );
+        }
         tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
         let zk = Zk {
             client,
