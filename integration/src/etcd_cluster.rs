@@ -658,7 +658,7 @@ impl EtcdCluster {
         if let Some(m) = self.members.get(i) {
             if let Some(p) = m.process.lock().unwrap().as_ref() {
                 m.paused.store(true, Ordering::SeqCst);
-                p.signal(Signal::STOP);
+                p.stop();
             }
         }
     }

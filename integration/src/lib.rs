@@ -99,6 +99,19 @@ impl Reaped {
         }
     }
 
+    /// SIGSTOP, then waits (at most 2 s) until every thread of the child
+    /// has stopped. The signal's group stop is asynchronous: a busy JVM's
+    /// threads can still answer a request for a moment after `kill`
+    /// returns, which would make "a paused server answers nothing" flaky.
+    pub fn stop(&self) {
+        self.signal(Signal::STOP);
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline && !all_stopped(&tasks) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// The next line the child prints, waiting at most `limit`.
     pub fn next_line(&self, limit: std::time::Duration) -> Option<String> {
         self.lines.recv_timeout(limit).ok()
@@ -155,4 +168,20 @@ macro_rules! on_both_zk_versions {
         $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_8, v3_8, [$($scenario),*]);
         $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_9, v3_9, [$($scenario),*]);
     };
+}
+
+/// True when every thread under `/proc/PID/task` is stopped (`T` or `t`),
+/// or the process is gone.
+fn all_stopped(tasks: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return true;
+    };
+    entries.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next());
+            matches!(state, Some("T" | "t") | None)
+        })
+    })
 }

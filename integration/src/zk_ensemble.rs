@@ -903,7 +903,7 @@ impl ZkEnsemble {
         if let Some(s) = self.servers.get(i) {
             if let Some(p) = s.process.lock().unwrap().as_ref() {
                 s.paused.store(true, Ordering::SeqCst);
-                p.signal(Signal::STOP);
+                p.stop();
             }
         }
     }
