@@ -448,7 +448,7 @@ async fn inject(
 
 /// Ms from `at` until a renewal sent after `at` was confirmed; `None` when
 /// the grant was lost first.
-async fn first_renewal_after(
+pub async fn first_renewal_after(
     lease: fencing::LeaseTracker,
     at: tokio::time::Instant,
 ) -> Option<u128> {

@@ -110,16 +110,7 @@ fn main() -> ExitCode {
 
 /// Resolves on SIGINT or SIGTERM with the conventional 128+signal code.
 pub(crate) async fn interrupted() -> Failure {
-    let signal = stop_signal().await;
-    let name = if signal == Signal::INT {
-        "SIGINT"
-    } else {
-        "SIGTERM"
-    };
-    Failure {
-        code: 128u8.wrapping_add(signal.as_raw() as u8),
-        message: format!("interrupted by {name}"),
-    }
+    run::interrupted(stop_signal().await)
 }
 
 /// The first SIGINT or SIGTERM sent to `fence`.

@@ -24,6 +24,7 @@ use fencing::{AcquireOptions, Grant};
 use crate::failure::{Failure, Result};
 use crate::source_arg;
 use rule::Timing;
+pub(crate) use signals::interrupted;
 use signals::{Received, Signals};
 use supervise::Supervised;
 use watchdog::Watchdog;
@@ -167,7 +168,7 @@ async fn start(args: &RunArgs, grant: &Grant, signals: &mut Signals) -> Result<S
     // that came meanwhile, or with the grant, is honoured here.
     while let Some(got) = signals.pending() {
         match got {
-            Received::Stop(signal) => return Err(signals::interrupted(signal)),
+            Received::Stop(signal) => return Err(interrupted(signal)),
             Received::Suspend => signals::stop_self(),
         }
     }

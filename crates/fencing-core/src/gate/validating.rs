@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::Gate;
+use super::{check_source, Gate};
 use crate::error::{Error, Result};
 use crate::grant::SourceId;
 use crate::resource::ResourceName;
@@ -129,13 +129,7 @@ impl<G: Gate> Gate for ValidatingGate<G> {
         source: &SourceId,
         token: FencingToken,
     ) -> Result<()> {
-        let own = self.source.identity();
-        if source != own {
-            return Err(Error::ForeignSource {
-                expected: own.to_string(),
-                presented: source.to_string(),
-            });
-        }
+        check_source(resource, Some(self.source.identity()), Some(source))?;
         self.check_raise(resource, token).await?;
         self.inner.admit_from(resource, source, token).await
     }
