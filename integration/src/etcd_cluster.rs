@@ -15,7 +15,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -850,19 +849,8 @@ impl Drop for EtcdCluster {
         }
     }
 }
-
-/// `n` distinct free loopback ports: all are bound at once (so none repeats)
-/// and released just before etcd binds them.
 fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| HarnessError::io("finding free loopback ports", e))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| HarnessError::io("finding free loopback ports", e))
+    crate::ports::free_ports(n).map_err(|e| HarnessError::io("finding free loopback ports", e))
 }
 
 /// A cluster token no other cluster on this machine uses, so members of

@@ -33,7 +33,6 @@
 
 use std::fmt;
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -940,11 +939,6 @@ async fn client_from(kubeconfig: &Path) -> Result<kube::Client, HarnessError> {
     kube::Client::try_from(config)
         .map_err(|e| HarnessError::kube(format!("a client from {}", kubeconfig.display()), e))
 }
-
-/// One free loopback port, released just before the apiserver binds it.
 fn free_port() -> Result<u16, HarnessError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| HarnessError::io("finding a free loopback port", e))
+    crate::ports::free_port().map_err(|e| HarnessError::io("finding a free loopback port", e))
 }

@@ -12,6 +12,7 @@ pub mod kube_cluster;
 pub mod kube_fixture;
 pub mod netns;
 pub mod pg_server;
+pub mod ports;
 pub mod proxy;
 pub mod scenarios;
 pub mod zk_ensemble;

@@ -18,7 +18,6 @@
 //! panics. Every wait is bounded and every failure carries the log tail.
 
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -170,13 +169,8 @@ fn server_ids() -> Result<Option<(u32, u32)>, PgHarnessError> {
     };
     Ok(Some((id("-u")?, id("-g")?)))
 }
-
-/// A free loopback port, released just before the server binds it.
 fn free_port() -> Result<u16, PgHarnessError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| PgHarnessError::io("finding a free loopback port", e))
+    crate::ports::free_port().map_err(|e| PgHarnessError::io("finding a free loopback port", e))
 }
 
 /// One process of a running server: its pid and its start time (field 22 of

@@ -28,7 +28,6 @@
 
 use std::fmt;
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1123,17 +1122,6 @@ fn find_java() -> Option<PathBuf> {
         .map(|dir| dir.join("java"))
         .find(|java| java.is_file())
 }
-
-/// `n` distinct free loopback ports: all are bound at once (so none repeats)
-/// and released just before the JVMs bind them.
 fn free_ports(n: usize) -> Result<Vec<u16>, ZkHarnessError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ZkHarnessError::io("finding free loopback ports", e))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ZkHarnessError::io("finding free loopback ports", e))
+    crate::ports::free_ports(n).map_err(|e| ZkHarnessError::io("finding free loopback ports", e))
 }
