@@ -282,6 +282,9 @@ pub struct ClusterOptions {
     pub election_timeout: Duration,
     /// How long a start or restart may take until the cluster is healthy.
     pub startup_timeout: Duration,
+    /// More command-line flags for every member (say
+    /// `--max-concurrent-streams=100`).
+    pub extra_args: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -296,7 +299,14 @@ impl ClusterOptions {
             heartbeat: Duration::from_millis(50),
             election_timeout: Duration::from_millis(500),
             startup_timeout: Duration::from_secs(30),
+            extra_args: Vec::new(),
         }
+    }
+
+    /// Adds a command-line flag for every member.
+    pub fn with_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
     }
 
     /// Serves clients over TLS with `files`, requiring client certificates
@@ -473,6 +483,7 @@ impl EtcdCluster {
                 cmd.arg("--client-cert-auth");
             }
         }
+        cmd.args(&self.opts.extra_args);
         // A member must not outlive a test process that is killed outright
         // (Drop never runs then). The signal follows the spawning thread,
         // which in a tokio test is the test's thread or a runtime worker:
@@ -534,6 +545,31 @@ impl EtcdCluster {
     /// Client address `127.0.0.1:PORT` of member `i`.
     pub fn endpoint(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// The sum of a Prometheus gauge or counter (all its label sets) on
+    /// member `i`'s `/metrics` page (plain-HTTP clusters only).
+    pub async fn metric(&self, i: usize, name: &str) -> Result<f64, HarnessError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let page = async {
+            let mut conn = tokio::net::TcpStream::connect(self.endpoint(i)).await?;
+            conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await?;
+            let mut text = String::new();
+            conn.read_to_string(&mut text).await?;
+            Ok::<_, std::io::Error>(text)
+        };
+        let text = tokio::time::timeout(REQUEST_TIMEOUT, page)
+            .await
+            .map_err(|_| HarnessError::Timeout(format!("member {i} /metrics")))?
+            .map_err(|e| HarnessError::io("reading /metrics", e))?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// Client URLs with their scheme (`http://` or `https://`).

@@ -32,6 +32,7 @@ mod gate;
 mod lock;
 mod session;
 mod source;
+mod watches;
 
 pub use config::{EtcdConfig, TlsFiles, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL};
 pub use gate::EtcdGate;

@@ -14,15 +14,16 @@
 //! for the whole store, so it only grows, also across leader changes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use fencing_core::{Error, ResourceName, Result};
 
 use crate::conn::Conn;
+use crate::watches::Watches;
 
 /// Keys of one lock.
 #[derive(Clone, Debug)]
@@ -137,6 +138,7 @@ fn first_kv_create(op: &TxnOpResponse) -> Option<i64> {
 /// predecessor at a time. Counts the delete events it is woken by.
 pub(crate) async fn wait_for_predecessors(
     conn: &Conn,
+    watches: &Arc<Watches>,
     dir: &str,
     rev: i64,
     wakeups: &AtomicU64,
@@ -157,48 +159,16 @@ pub(crate) async fn wait_for_predecessors(
             return Ok(());
         };
         let seen_at = resp.header().map(|h| h.revision()).unwrap_or(0);
-        if let Err(e) = wait_deleted(conn, pred.key(), seen_at, wakeups).await {
-            // A broken watch (member restart, compaction) is not fatal: look
-            // again; the caller's timeout bounds the whole wait.
-            tracing::debug!(error = %e, "watch on predecessor broke; re-checking");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-async fn wait_deleted(conn: &Conn, key: &[u8], seen_at: i64, wakeups: &AtomicU64) -> Result<()> {
-    // The key existed at `seen_at`, so its delete comes later. Watching from
-    // the next revision also keeps the watcher in etcd's "synced" group; one
-    // that starts at or below the current revision is caught up by a
-    // background loop only every 100 ms.
-    let opts = WatchOptions::new().with_start_revision(seen_at + 1);
-    let mut stream = conn
-        .call("watch", |mut c| {
-            let o = opts.clone();
-            async move { c.watch(key, Some(o)).await }
-        })
-        .await?;
-    loop {
-        let msg = stream
-            .message()
-            .await
-            .map_err(|e| Error::backend("etcd watch", e))?;
-        let Some(resp) = msg else {
-            return Err(Error::backend("etcd watch", "stream closed"));
-        };
-        if resp.canceled() {
-            return Err(Error::backend(
-                "etcd watch",
-                format!("canceled: {}", resp.cancel_reason()),
-            ));
-        }
-        if resp
-            .events()
-            .iter()
-            .any(|e| e.event_type() == EventType::Delete)
-        {
-            wakeups.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+        match watches.deleted(pred.key(), seen_at).await {
+            Ok(()) => {
+                wakeups.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // A watch the server cancelled (compaction) is not fatal:
+                // look again; the caller's timeout bounds the whole wait.
+                tracing::debug!(error = %e, "watch on predecessor ended; re-checking");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 }
@@ -247,77 +217,6 @@ pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result
     })
     .await
     .map(drop)
-}
-
-/// Watches my key and reports when it is deleted behind our back.
-pub(crate) async fn watch_own_key(
-    conn: Conn,
-    key: String,
-    rev: i64,
-    lease: fencing_core::LeaseTracker,
-) {
-    let mut from = rev + 1;
-    loop {
-        let opts = WatchOptions::new().with_start_revision(from);
-        let outcome = async {
-            let mut stream = conn
-                .call("watch", |mut c| {
-                    let (k, o) = (key.clone(), opts.clone());
-                    async move { c.watch(k, Some(o)).await }
-                })
-                .await?;
-            while let Some(resp) = stream
-                .message()
-                .await
-                .map_err(|e| Error::backend("etcd watch", e))?
-            {
-                if resp.canceled() {
-                    break;
-                }
-                if resp
-                    .events()
-                    .iter()
-                    .any(|e| e.event_type() == EventType::Delete)
-                {
-                    return Ok(true);
-                }
-            }
-            Ok::<bool, Error>(false)
-        };
-        let deleted = tokio::select! {
-            _ = lease.lost() => return,
-            r = outcome => r,
-        };
-        match deleted {
-            Ok(true) => {
-                lease.mark_lost("lock key deleted in etcd");
-                return;
-            }
-            // The watch broke: check the key directly, then watch again.
-            _ => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                match conn
-                    .call("get", |mut c| {
-                        let k = key.clone();
-                        async move { c.get(k, None).await }
-                    })
-                    .await
-                {
-                    Ok(resp)
-                        if resp
-                            .kvs()
-                            .first()
-                            .is_none_or(|kv| kv.create_revision() != rev) =>
-                    {
-                        lease.mark_lost("lock key deleted in etcd");
-                        return;
-                    }
-                    Ok(resp) => from = resp.header().map(|h| h.revision() + 1).unwrap_or(from),
-                    Err(e) => tracing::debug!(error = %e, "re-checking own lock key failed"),
-                }
-            }
-        }
-    }
 }
 
 /// The current owner of a lock: its key's value and create revision.

@@ -13,13 +13,13 @@ use fencing_core::{
     GrantInfo, HolderInfo, ResourceName, Result, SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
-use tokio::task::JoinHandle;
 
 use crate::config::EtcdConfig;
 use crate::conn::Conn;
 use crate::gate::EtcdGate;
 use crate::lock::{self, Incarnation, LockKeys};
 use crate::session::Session;
+use crate::watches::{WatchGuard, Watches};
 
 /// A [`FencingSource`] backed by an etcd v3 cluster (3.4 or newer).
 ///
@@ -51,8 +51,30 @@ struct Inner {
     identity: SourceId,
     holder: String,
     sessions: AsyncMutex<HashMap<Duration, Arc<Session>>>,
-    local: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
+    local: Mutex<LocalLocks>,
+    /// Every watch of this source, on one stream.
+    watches: Arc<Watches>,
     wakeups: AtomicU64,
+}
+
+/// One in-process lock per etcd lock, so grants of one source on the same
+/// lock are served one after the other. Entries nobody holds or waits for
+/// are dropped once the map has doubled since the last sweep, so memory
+/// follows the locks in use, not every lock ever taken.
+#[derive(Default)]
+struct LocalLocks {
+    locks: HashMap<String, Arc<AsyncMutex<()>>>,
+    sweep_at: usize,
+}
+
+impl LocalLocks {
+    fn get(&mut self, dir: &str) -> Arc<AsyncMutex<()>> {
+        if self.locks.len() >= self.sweep_at {
+            self.locks.retain(|_, m| Arc::strong_count(m) > 1);
+            self.sweep_at = (2 * self.locks.len()).max(64);
+        }
+        self.locks.entry(dir.to_owned()).or_default().clone()
+    }
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -80,12 +102,13 @@ impl EtcdSource {
         let cluster = resp.header().map(|h| h.cluster_id()).unwrap_or(0);
         Ok(EtcdSource {
             inner: Arc::new(Inner {
+                watches: Watches::start(conn.clone()),
                 conn,
                 identity: SourceId::new(format!("etcd:{cluster:016x}")),
                 cfg,
                 holder: default_holder_identity(),
                 sessions: AsyncMutex::new(HashMap::new()),
-                local: Mutex::new(HashMap::new()),
+                local: Mutex::new(LocalLocks::default()),
                 wakeups: AtomicU64::new(0),
             }),
         })
@@ -182,7 +205,7 @@ impl EtcdSource {
 
     fn local_lock(&self, dir: &str) -> Arc<AsyncMutex<()>> {
         let mut local = self.inner.local.lock().unwrap_or_else(|p| p.into_inner());
-        local.entry(dir.to_owned()).or_default().clone()
+        local.get(dir)
     }
 
     /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
@@ -231,7 +254,7 @@ impl EtcdSource {
                 return Ok(None);
             }
             tokio::select! {
-                r = lock::wait_for_predecessors(conn, &keys.dir, attempt.rev, &self.inner.wakeups) => r?,
+                r = lock::wait_for_predecessors(conn, &self.inner.watches, &keys.dir, attempt.rev, &self.inner.wakeups) => r?,
                 why = session.lost() => return Err(Error::lost(resource.as_str(), format!("etcd session lost while waiting: {why}"))),
             }
             if !lock::still_mine(conn, &keys.mine, attempt.rev).await? {
@@ -243,12 +266,10 @@ impl EtcdSource {
         }
         let token = FencingToken::try_from(attempt.rev)?;
         let tracker = session.track_grant();
-        let watcher = tokio::spawn(lock::watch_own_key(
-            conn.clone(),
-            keys.mine.clone(),
-            attempt.rev,
-            tracker.clone(),
-        ));
+        let watch = self
+            .inner
+            .watches
+            .own_key(&keys.mine, attempt.rev, tracker.clone());
         let info = GrantInfo {
             token,
             resource: resource.clone(),
@@ -261,7 +282,7 @@ impl EtcdSource {
         let backend = EtcdGrant {
             conn: conn.clone(),
             key: keys.mine,
-            watcher,
+            watch: Some(watch),
             session,
             _local: pending.disarm(),
         };
@@ -329,21 +350,17 @@ impl Drop for PendingKey {
 struct EtcdGrant {
     conn: Conn,
     key: String,
-    watcher: JoinHandle<()>,
+    /// Marks the grant lost if the key is deleted behind our back.
+    watch: Option<WatchGuard>,
     session: Arc<Session>,
     _local: OwnedMutexGuard<()>,
 }
 
-impl Drop for EtcdGrant {
-    fn drop(&mut self) {
-        self.watcher.abort();
-    }
-}
-
 #[async_trait]
 impl GrantBackend for EtcdGrant {
-    async fn release(self: Box<Self>) -> Result<()> {
-        self.watcher.abort();
+    async fn release(mut self: Box<Self>) -> Result<()> {
+        // Our own delete is not a loss.
+        self.watch.take();
         // `_local` is still held here, so no newer key of ours exists yet.
         let (conn, key) = (&self.conn, &self.key);
         release_until_lost(self.session.lease(), "etcd unlock", || {

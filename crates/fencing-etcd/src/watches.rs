@@ -1,0 +1,401 @@
+//! Every watch of one source on one gRPC Watch stream, as Go's clientv3
+//! does. A stream per watch costs a server stream slot each: with a cap of
+//! 100 concurrent streams (a common server or proxy setting), a few hundred
+//! held locks took every slot, the lease keep-alive could not get one, and
+//! every grant was lost at once (integration/tests/etcd_many_locks.rs).
+//!
+//! One task owns the stream. Watch ids are chosen here (etcd 3.4+ accepts
+//! them), so creates need no reply to be matched. When the stream breaks,
+//! every watch is created again on a new one from the revision it started
+//! at, so a delete that happened in between is still seen; when the server
+//! has compacted that revision away, the key is read instead.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
+    WatchResponseStream,
+};
+use fencing_core::{Error, LeaseTracker, Result};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::conn::Conn;
+
+/// Pause before a broken stream is opened again or a failed read retried.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// The handle to the stream's task; the task ends when the last handle
+/// (the source's, or a grant's guard) is dropped.
+pub(crate) struct Watches {
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicI64,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Ends its watch when dropped.
+pub(crate) struct WatchGuard {
+    watches: Arc<Watches>,
+    id: i64,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        let _ = self.watches.commands.send(Command::Remove(self.id));
+    }
+}
+
+impl Watches {
+    pub(crate) fn start(conn: Conn) -> Arc<Watches> {
+        let (commands, inbox) = mpsc::unbounded_channel();
+        let hub = Hub {
+            conn,
+            watches: HashMap::new(),
+            stream: None,
+            reopen_at: Instant::now(),
+            checks: JoinSet::new(),
+        };
+        Arc::new(Watches {
+            commands,
+            next_id: AtomicI64::new(1),
+            task: tokio::spawn(hub.run(inbox)),
+        })
+    }
+
+    /// Marks `lease` lost when the key created at `rev` is deleted (or
+    /// replaced), until the guard is dropped.
+    pub(crate) fn own_key(
+        self: &Arc<Self>,
+        key: &str,
+        rev: i64,
+        lease: LeaseTracker,
+    ) -> WatchGuard {
+        self.add(key.as_bytes().to_vec(), rev, OnDelete::Lose(lease))
+    }
+
+    /// Resolves when `key`, which existed at revision `seen_at`, is deleted.
+    /// An error means the watch could not be kept (compaction): look again.
+    pub(crate) async fn deleted(self: &Arc<Self>, key: &[u8], seen_at: i64) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let _guard = self.add(key.to_vec(), seen_at, OnDelete::Wake(tx));
+        rx.await
+            .unwrap_or_else(|_| Err(Error::backend("etcd watch", "watch task ended")))
+    }
+
+    fn add(self: &Arc<Self>, key: Vec<u8>, seen_at: i64, on_delete: OnDelete) -> WatchGuard {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let watch = Watch {
+            key,
+            seen_at,
+            from: seen_at + 1,
+            on_delete,
+        };
+        let _ = self.commands.send(Command::Add(id, watch));
+        WatchGuard {
+            watches: self.clone(),
+            id,
+        }
+    }
+}
+
+enum Command {
+    Add(i64, Watch),
+    Remove(i64),
+}
+
+struct Watch {
+    key: Vec<u8>,
+    /// A revision at which the key existed (for a lock key: its creation).
+    seen_at: i64,
+    /// Where the watch (re)starts. Starting after the current revision also
+    /// keeps it in etcd's "synced" group, which is served at once; an older
+    /// start is caught up by a background loop every 100 ms.
+    from: i64,
+    on_delete: OnDelete,
+}
+
+enum OnDelete {
+    /// A held grant's own key: the grant is lost.
+    Lose(LeaseTracker),
+    /// A waiter's predecessor: the waiter wakes.
+    Wake(oneshot::Sender<Result<()>>),
+}
+
+/// What a read of a lock key whose watch the server cancelled found.
+enum Check {
+    /// Still ours at this revision: watch again from the next.
+    Present(i64),
+    Gone,
+    /// The grant was lost meanwhile: nothing to watch.
+    Ended,
+}
+
+struct Stream {
+    requests: mpsc::UnboundedSender<Request>,
+    sender: JoinHandle<()>,
+    responses: WatchResponseStream,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.sender.abort();
+    }
+}
+
+enum Request {
+    Create(i64, Vec<u8>, i64),
+    Cancel(i64),
+}
+
+enum Event {
+    Command(Option<Command>),
+    Response(std::result::Result<Option<WatchResponse>, etcd_client::Error>),
+    Checked(i64, Check),
+    Reopen,
+}
+
+struct Hub {
+    conn: Conn,
+    watches: HashMap<i64, Watch>,
+    stream: Option<Stream>,
+    reopen_at: Instant,
+    checks: JoinSet<(i64, Check)>,
+}
+
+impl Hub {
+    async fn run(mut self, mut inbox: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let wants_stream = self.stream.is_none() && !self.watches.is_empty();
+            let event = tokio::select! {
+                c = inbox.recv() => Event::Command(c),
+                r = next_response(&mut self.stream) => Event::Response(r),
+                Some(Ok((id, check))) = self.checks.join_next() => Event::Checked(id, check),
+                () = tokio::time::sleep_until(self.reopen_at), if wants_stream => Event::Reopen,
+            };
+            match event {
+                Event::Command(None) => return,
+                Event::Command(Some(Command::Add(id, watch))) => {
+                    self.create(id, &watch);
+                    self.watches.insert(id, watch);
+                }
+                Event::Command(Some(Command::Remove(id))) => {
+                    if self.watches.remove(&id).is_some() {
+                        self.send(Request::Cancel(id));
+                    }
+                }
+                Event::Response(Ok(Some(resp))) => self.on_response(resp),
+                Event::Response(_) => {
+                    tracing::debug!("etcd watch stream broke; opening a new one");
+                    self.stream = None;
+                    self.reopen_at = Instant::now() + RETRY_PAUSE;
+                }
+                Event::Checked(id, check) => self.on_checked(id, check),
+                Event::Reopen => self.open().await,
+            }
+        }
+    }
+
+    /// Opens a stream with one watch and sends the creates of the others.
+    async fn open(&mut self) {
+        let Some((&first, watch)) = self.watches.iter().next() else {
+            return;
+        };
+        let (key, opts) = (watch.key.clone(), options(first, watch.from));
+        let opened = self
+            .conn
+            .call("watch", |mut c| {
+                let (key, opts) = (key.clone(), opts.clone());
+                async move { c.watch(key, Some(opts)).await }
+            })
+            .await;
+        let (sender, responses) = match opened {
+            Ok(stream) => stream.split(),
+            Err(e) => {
+                tracing::debug!(error = %e, "opening the etcd watch stream failed");
+                self.reopen_at = Instant::now() + RETRY_PAUSE;
+                return;
+            }
+        };
+        let (requests, queue) = mpsc::unbounded_channel();
+        self.stream = Some(Stream {
+            requests,
+            sender: tokio::spawn(forward(sender, queue)),
+            responses,
+        });
+        for (&id, watch) in self.watches.iter().filter(|(&id, _)| id != first) {
+            send(
+                &self.stream,
+                Request::Create(id, watch.key.clone(), watch.from),
+            );
+        }
+    }
+
+    fn create(&self, id: i64, watch: &Watch) {
+        self.send(Request::Create(id, watch.key.clone(), watch.from));
+    }
+
+    fn send(&self, request: Request) {
+        send(&self.stream, request);
+    }
+
+    fn on_response(&mut self, resp: WatchResponse) {
+        let id = resp.watch_id();
+        if resp.canceled() {
+            tracing::debug!(
+                id,
+                reason = resp.cancel_reason(),
+                compacted = resp.compact_revision(),
+                "etcd cancelled a watch"
+            );
+            self.on_cancelled(id);
+            return;
+        }
+        let deleted = resp
+            .events()
+            .iter()
+            .any(|e| e.event_type() == EventType::Delete);
+        if !deleted {
+            return;
+        }
+        if let Some(watch) = self.watches.remove(&id) {
+            self.send(Request::Cancel(id));
+            match watch.on_delete {
+                OnDelete::Lose(lease) => lease.mark_lost("lock key deleted in etcd"),
+                OnDelete::Wake(tx) => {
+                    let _ = tx.send(Ok(()));
+                }
+            }
+        }
+    }
+
+    /// The server ended a watch (its start revision was compacted): a
+    /// waiter looks again by itself; a held key is read to learn whether
+    /// it is still ours.
+    fn on_cancelled(&mut self, id: i64) {
+        let Some(watch) = self.watches.get(&id) else {
+            return;
+        };
+        match &watch.on_delete {
+            OnDelete::Lose(lease) => {
+                let (conn, key, rev, lease) = (
+                    self.conn.clone(),
+                    watch.key.clone(),
+                    watch.seen_at,
+                    lease.clone(),
+                );
+                self.checks
+                    .spawn(async move { (id, still_ours(conn, key, rev, lease).await) });
+            }
+            OnDelete::Wake(_) => {
+                if let Some(Watch {
+                    on_delete: OnDelete::Wake(tx),
+                    ..
+                }) = self.watches.remove(&id)
+                {
+                    let _ = tx.send(Err(Error::backend("etcd watch", "cancelled by the server")));
+                }
+            }
+        }
+    }
+
+    fn on_checked(&mut self, id: i64, check: Check) {
+        let Some(watch) = self.watches.get_mut(&id) else {
+            return;
+        };
+        match check {
+            Check::Present(rev) => {
+                watch.from = rev + 1;
+                let (key, from) = (watch.key.clone(), watch.from);
+                self.send(Request::Create(id, key, from));
+            }
+            Check::Gone => {
+                if let Some(Watch {
+                    on_delete: OnDelete::Lose(lease),
+                    ..
+                }) = self.watches.remove(&id)
+                {
+                    lease.mark_lost("lock key deleted in etcd");
+                }
+            }
+            Check::Ended => {
+                self.watches.remove(&id);
+            }
+        }
+    }
+}
+
+fn options(id: i64, from: i64) -> WatchOptions {
+    WatchOptions::new()
+        .with_watch_id(id)
+        .with_start_revision(from)
+        .with_filters([WatchFilterType::NoPut])
+}
+
+/// Queues a request on the current stream; without one, the watch is
+/// created when a stream opens.
+fn send(stream: &Option<Stream>, request: Request) {
+    if let Some(s) = stream {
+        let _ = s.requests.send(request);
+    }
+}
+
+async fn next_response(
+    stream: &mut Option<Stream>,
+) -> std::result::Result<Option<WatchResponse>, etcd_client::Error> {
+    match stream {
+        Some(s) => s.responses.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends the queued requests in order. Runs apart from the reader so that
+/// a full request buffer never stops the responses from being read (which
+/// would stall the server's side of the stream too).
+async fn forward(mut sender: WatchRequestSender, mut queue: mpsc::UnboundedReceiver<Request>) {
+    while let Some(request) = queue.recv().await {
+        let sent = match request {
+            Request::Create(id, key, from) => sender.watch(key, Some(options(id, from))).await,
+            Request::Cancel(id) => sender.cancel(id).await,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads a held lock key until the read succeeds or the grant is lost.
+async fn still_ours(conn: Conn, key: Vec<u8>, rev: i64, lease: LeaseTracker) -> Check {
+    loop {
+        let read = conn.call("get", |mut c| {
+            let k = key.clone();
+            async move { c.get(k, None).await }
+        });
+        let resp = tokio::select! {
+            _ = lease.lost() => return Check::Ended,
+            r = read => r,
+        };
+        match resp {
+            Ok(resp)
+                if resp
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| kv.create_revision() == rev) =>
+            {
+                return Check::Present(resp.header().map_or(rev, |h| h.revision()));
+            }
+            Ok(_) => return Check::Gone,
+            Err(e) => tracing::debug!(error = %e, "re-reading a held lock key failed"),
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
