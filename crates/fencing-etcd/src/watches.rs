@@ -4,8 +4,10 @@
 //! held locks took every slot, the lease keep-alive could not get one, and
 //! every grant was lost at once (integration/tests/etcd_many_locks.rs).
 //!
-//! One task owns the stream. Watch ids are chosen here (etcd 3.4+ accepts
-//! them), so creates need no reply to be matched. When the stream breaks,
+//! One task owns the stream. Watch ids on the stream are chosen here (etcd
+//! 3.4+ accepts them), so creates need no reply to be matched, and each
+//! create gets a new one: the server keeps the id of a watch it cancelled
+//! for compaction and refuses it again. When the stream breaks,
 //! every watch is created again on a new one from the revision it started
 //! at, so a delete that happened in between is still seen; when the server
 //! has compacted that revision away, the key is read instead.
@@ -61,6 +63,8 @@ impl Watches {
         let hub = Hub {
             conn,
             watches: HashMap::new(),
+            routes: HashMap::new(),
+            next_stream_id: 1,
             stream: None,
             reopen_at: Instant::now(),
             checks: JoinSet::new(),
@@ -98,6 +102,7 @@ impl Watches {
             key,
             seen_at,
             from: seen_at + 1,
+            stream_id: None,
             on_delete,
         };
         let _ = self.commands.send(Command::Add(id, watch));
@@ -121,6 +126,8 @@ struct Watch {
     /// keeps it in etcd's "synced" group, which is served at once; an older
     /// start is caught up by a background loop every 100 ms.
     from: i64,
+    /// Its id on the current stream, once created there.
+    stream_id: Option<i64>,
     on_delete: OnDelete,
 }
 
@@ -166,7 +173,11 @@ enum Event {
 
 struct Hub {
     conn: Conn,
+    /// By the id of their guard.
     watches: HashMap<i64, Watch>,
+    /// Stream ids of the watches created on the current stream.
+    routes: HashMap<i64, i64>,
+    next_stream_id: i64,
     stream: Option<Stream>,
     reopen_at: Instant,
     checks: JoinSet<(i64, Check)>,
@@ -185,18 +196,20 @@ impl Hub {
             match event {
                 Event::Command(None) => return,
                 Event::Command(Some(Command::Add(id, watch))) => {
-                    self.create(id, &watch);
                     self.watches.insert(id, watch);
+                    if self.stream.is_some() {
+                        self.create(id);
+                    }
                 }
                 Event::Command(Some(Command::Remove(id))) => {
-                    if self.watches.remove(&id).is_some() {
-                        self.send(Request::Cancel(id));
-                    }
+                    self.remove(id);
                 }
                 Event::Response(Ok(Some(resp))) => self.on_response(resp),
                 Event::Response(_) => {
                     tracing::debug!("etcd watch stream broke; opening a new one");
                     self.stream = None;
+                    self.routes.clear();
+                    self.watches.values_mut().for_each(|w| w.stream_id = None);
                     self.reopen_at = Instant::now() + RETRY_PAUSE;
                 }
                 Event::Checked(id, check) => self.on_checked(id, check),
@@ -205,12 +218,13 @@ impl Hub {
         }
     }
 
-    /// Opens a stream with one watch and sends the creates of the others.
+    /// Opens a stream with one watch and creates the others on it.
     async fn open(&mut self) {
         let Some((&first, watch)) = self.watches.iter().next() else {
             return;
         };
-        let (key, opts) = (watch.key.clone(), options(first, watch.from));
+        let stream_id = self.next_stream_id;
+        let (key, opts) = (watch.key.clone(), options(stream_id, watch.from));
         let opened = self
             .conn
             .call("watch", |mut c| {
@@ -232,31 +246,69 @@ impl Hub {
             sender: tokio::spawn(forward(sender, queue)),
             responses,
         });
-        for (&id, watch) in self.watches.iter().filter(|(&id, _)| id != first) {
-            send(
-                &self.stream,
-                Request::Create(id, watch.key.clone(), watch.from),
-            );
+        self.next_stream_id += 1;
+        self.route(first, stream_id);
+        let others: Vec<i64> = self
+            .watches
+            .keys()
+            .copied()
+            .filter(|&id| id != first)
+            .collect();
+        for id in others {
+            self.create(id);
         }
     }
 
-    fn create(&self, id: i64, watch: &Watch) {
-        self.send(Request::Create(id, watch.key.clone(), watch.from));
+    /// Creates watch `id` on the current stream under a new stream id (a
+    /// copy it may still have there is cancelled).
+    fn create(&mut self, id: i64) {
+        let Some(watch) = self.watches.get(&id) else {
+            return;
+        };
+        if let Some(old) = watch.stream_id {
+            self.routes.remove(&old);
+            send(&self.stream, Request::Cancel(old));
+        }
+        let stream_id = self.next_stream_id;
+        self.next_stream_id += 1;
+        send(
+            &self.stream,
+            Request::Create(stream_id, watch.key.clone(), watch.from),
+        );
+        self.route(id, stream_id);
     }
 
-    fn send(&self, request: Request) {
-        send(&self.stream, request);
+    fn route(&mut self, id: i64, stream_id: i64) {
+        if let Some(watch) = self.watches.get_mut(&id) {
+            watch.stream_id = Some(stream_id);
+            self.routes.insert(stream_id, id);
+        }
+    }
+
+    /// Forgets watch `id` and cancels it at the server.
+    fn remove(&mut self, id: i64) -> Option<Watch> {
+        let watch = self.watches.remove(&id)?;
+        if let Some(stream_id) = watch.stream_id {
+            self.routes.remove(&stream_id);
+            send(&self.stream, Request::Cancel(stream_id));
+        }
+        Some(watch)
     }
 
     fn on_response(&mut self, resp: WatchResponse) {
-        let id = resp.watch_id();
+        let Some(&id) = self.routes.get(&resp.watch_id()) else {
+            return;
+        };
         if resp.canceled() {
             tracing::debug!(
-                id,
                 reason = resp.cancel_reason(),
                 compacted = resp.compact_revision(),
                 "etcd cancelled a watch"
             );
+            self.routes.remove(&resp.watch_id());
+            if let Some(watch) = self.watches.get_mut(&id) {
+                watch.stream_id = None;
+            }
             self.on_cancelled(id);
             return;
         }
@@ -267,14 +319,12 @@ impl Hub {
         if !deleted {
             return;
         }
-        if let Some(watch) = self.watches.remove(&id) {
-            self.send(Request::Cancel(id));
-            match watch.on_delete {
-                OnDelete::Lose(lease) => lease.mark_lost("lock key deleted in etcd"),
-                OnDelete::Wake(tx) => {
-                    let _ = tx.send(Ok(()));
-                }
+        match self.remove(id).map(|w| w.on_delete) {
+            Some(OnDelete::Lose(lease)) => lease.mark_lost("lock key deleted in etcd"),
+            Some(OnDelete::Wake(tx)) => {
+                let _ = tx.send(Ok(()));
             }
+            None => {}
         }
     }
 
@@ -297,11 +347,7 @@ impl Hub {
                     .spawn(async move { (id, still_ours(conn, key, rev, lease).await) });
             }
             OnDelete::Wake(_) => {
-                if let Some(Watch {
-                    on_delete: OnDelete::Wake(tx),
-                    ..
-                }) = self.watches.remove(&id)
-                {
+                if let Some(OnDelete::Wake(tx)) = self.remove(id).map(|w| w.on_delete) {
                     let _ = tx.send(Err(Error::backend("etcd watch", "cancelled by the server")));
                 }
             }
@@ -315,20 +361,17 @@ impl Hub {
         match check {
             Check::Present(rev) => {
                 watch.from = rev + 1;
-                let (key, from) = (watch.key.clone(), watch.from);
-                self.send(Request::Create(id, key, from));
+                if self.stream.is_some() {
+                    self.create(id);
+                }
             }
             Check::Gone => {
-                if let Some(Watch {
-                    on_delete: OnDelete::Lose(lease),
-                    ..
-                }) = self.watches.remove(&id)
-                {
+                if let Some(OnDelete::Lose(lease)) = self.remove(id).map(|w| w.on_delete) {
                     lease.mark_lost("lock key deleted in etcd");
                 }
             }
             Check::Ended => {
-                self.watches.remove(&id);
+                self.remove(id);
             }
         }
     }
