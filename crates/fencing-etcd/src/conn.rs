@@ -2,6 +2,7 @@
 //! error mapped to a `fencing_core::Error` that names the endpoints.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
@@ -9,11 +10,22 @@ use fencing_core::{Error, Result};
 
 use crate::config::EtcdConfig;
 
+/// Cheap to clone (one pointer): a grant keeps one, and the client itself
+/// is several kilobytes.
 #[derive(Clone)]
-pub(crate) struct Conn {
+pub(crate) struct Conn(Arc<Shared>);
+
+pub(crate) struct Shared {
     pub(crate) client: Client,
     endpoints: String,
     pub(crate) timeout: Duration,
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl Conn {
@@ -42,11 +54,11 @@ impl Conn {
             Ok(r) => r.map_err(|e| map_err(&endpoints, limit, "connect", e))?,
             Err(_) => return Err(timeout(&endpoints, limit, "connect")),
         };
-        Ok(Conn {
+        Ok(Conn(Arc::new(Shared {
             client,
             endpoints,
             timeout: cfg.request_timeout,
-        })
+        })))
     }
 
     /// A handle to the client (cheap to clone; calls need `&mut`).

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,7 @@ func fail(err error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: etcd-mutex contend|bench [flags]"))
+		fail(errors.New("usage: etcd-mutex contend|bench|held [flags]"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -52,8 +53,10 @@ func main() {
 		err = contend(os.Args[2:])
 	case "bench":
 		err = bench(os.Args[2:])
+	case "held":
+		err = held(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want contend or bench)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want contend, bench or held)", os.Args[1])
 	}
 	if err != nil {
 		fail(err)
@@ -299,4 +302,82 @@ func stats(d []time.Duration) (int64, int64) {
 		return d[i].Microseconds()
 	}
 	return rank(0.5), rank(0.9)
+}
+
+// held takes --count mutexes (prefix/lock-I) on one session, --in-flight at a
+// time, reports throughput and resident memory, then holds them until a line
+// arrives on stdin, releases them all and reports memory again.
+func held(args []string) error {
+	fs := flag.NewFlagSet("held", flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
+	prefix := fs.String("prefix", "", "lock prefix")
+	count := fs.Int("count", 0, "how many locks to hold at once")
+	inFlight := fs.Int("in-flight", 64, "acquires in flight at once")
+	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prefix == "" || *count <= 0 || *inFlight <= 0 {
+		return errors.New("held needs --prefix, --count > 0 and --in-flight > 0")
+	}
+	cli, err := connect(*endpoints)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	s, err := newSession(cli, *ttl)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	before := rssKB()
+	mutexes := make([]*concurrency.Mutex, *count)
+	errs := make(chan error, *inFlight)
+	t0 := time.Now()
+	for w := 0; w < *inFlight; w++ {
+		go func(w int) {
+			for i := w; i < *count; i += *inFlight {
+				m := concurrency.NewMutex(s, fmt.Sprintf("%s/lock-%d", *prefix, i))
+				if err := lock(m); err != nil {
+					errs <- err
+					return
+				}
+				mutexes[i] = m
+			}
+			errs <- nil
+		}(w)
+	}
+	for w := 0; w < *inFlight; w++ {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(t0)
+	emit(map[string]any{"event": "held", "count": *count, "seconds": elapsed.Seconds(),
+		"rss_kb_before": before, "rss_kb_held": rssKB()})
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the release line: %w", err)
+	}
+	for _, m := range mutexes {
+		if err := unlock(m); err != nil {
+			return err
+		}
+	}
+	emit(map[string]any{"event": "released", "rss_kb_after": rssKB()})
+	return nil
+}
+
+// rssKB reads VmRSS from /proc/self/status (0 if it cannot).
+func rssKB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	return 0
 }
