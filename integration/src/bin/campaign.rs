@@ -88,6 +88,13 @@ enum Command {
         #[arg(long)]
         seed: u64,
     },
+    /// Compacts an etcd member's history up to now and defragments it
+    /// (started by `run` inside the member's namespace)
+    #[command(hide = true)]
+    Maintain {
+        #[arg(long)]
+        endpoint: String,
+    },
     /// Prints the holder of the campaign's lock, or `none` as soon as there
     /// is none (waiting at most --within-ms)
     #[command(hide = true)]
@@ -118,6 +125,7 @@ fn main() -> ExitCode {
                 seed,
             } => client_main(name, source, gate, lock, ttl_ms, seed).await,
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
+            Command::Maintain { endpoint } => maintain(endpoint).await,
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -298,6 +306,39 @@ async fn inspect(source: String, within_ms: u64) -> ExitCode {
                 eprintln!("inspect: {other:?}");
                 return ExitCode::from(2);
             }
+        }
+    }
+}
+
+async fn maintain(endpoint: String) -> ExitCode {
+    let work = async {
+        let mut client = fencing_etcd::etcd_client::Client::connect([endpoint], None).await?;
+        let revision = client
+            .get("campaign-maintenance", None)
+            .await?
+            .header()
+            .map_or(0, |h| h.revision());
+        let physical = fencing_etcd::etcd_client::CompactionOptions::new().with_physical();
+        client.compact(revision, Some(physical)).await?;
+        let started = std::time::Instant::now();
+        client.defragment().await?;
+        Ok::<_, fencing_etcd::etcd_client::Error>((revision, started.elapsed()))
+    };
+    match tokio::time::timeout(Duration::from_secs(8), work).await {
+        Ok(Ok((revision, took))) => {
+            println!(
+                "compacted at {revision}, defragmented in {} ms",
+                took.as_millis()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("maintain: {e}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("maintain: no answer within 8 s");
+            ExitCode::from(2)
         }
     }
 }

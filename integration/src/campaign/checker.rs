@@ -1182,8 +1182,13 @@ mod tests {
         before.0[1].at_ns = 2 * MS; // grant after the fault ended
         assert!(!check(&before.0).passed());
         let mut clock = overlap(13);
-        clock.fault(5, 12, "clock-jump", "c1", 1);
+        clock.fault(5, 12, "clock-fast", "c1", 1);
         assert!(check(&clock.0).passed());
+        // Leases are timed on the monotonic clock: a jump of the wall clock
+        // is no excuse.
+        let mut wall = overlap(13);
+        wall.fault(5, 12, "wall-jump-back", "c1", 1);
+        assert!(!check(&wall.0).passed());
 
         // The paused holder's stale write, sent at 14 ms after c2's write
         // with token 2 completed at 12 ms, is accepted by the gate.

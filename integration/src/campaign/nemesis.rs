@@ -7,7 +7,7 @@ use rustix::process::Signal;
 
 use super::history::{EventKind, NEMESIS};
 use super::rng::Rng;
-use super::run::World;
+use super::run::{Clock, World};
 
 /// One fault. Members and clients are chosen when the fault starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,12 +22,23 @@ pub enum Fault {
     PartitionClient,
     PauseMember,
     KillMember,
+    /// The leader killed (and restarted): a leader change.
+    KillLeader,
+    /// etcd maintenance on one member: the history compacted up to now,
+    /// then the member defragmented (it stalls while it rewrites its file).
+    CompactDefrag,
     PauseClient,
     KillClient,
     /// A client restarted with its clocks (wall and monotonic) at half speed.
     ClockSlow,
     /// A client restarted with its clocks at double speed.
     ClockFast,
+    /// A client restarted on a wall clock that then jumps 10 minutes
+    /// forward (its monotonic clock untouched). Not an excuse for a late
+    /// loss: leases are timed on the monotonic clock.
+    WallJumpForward,
+    /// The same, 10 minutes back.
+    WallJumpBack,
 }
 
 impl Fault {
@@ -39,17 +50,22 @@ impl Fault {
             Fault::PartitionClient => "partition-client",
             Fault::PauseMember => "pause-member",
             Fault::KillMember => "kill-member",
+            Fault::KillLeader => "kill-leader",
+            Fault::CompactDefrag => "compact-defrag",
             Fault::PauseClient => "pause-client",
             Fault::KillClient => "kill-client",
             Fault::ClockSlow => "clock-slow",
             Fault::ClockFast => "clock-fast",
+            Fault::WallJumpForward => "wall-jump-forward",
+            Fault::WallJumpBack => "wall-jump-back",
         }
     }
 }
 
 /// Partitions between members come up most often: they are what leases
-/// get wrong.
-const CLUSTER_FAULTS: [Fault; 7] = [
+/// get wrong. The last entry, etcd's maintenance, is left out on ZooKeeper
+/// (its maintenance here is the leader change).
+const CLUSTER_FAULTS: [Fault; 9] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
@@ -57,13 +73,19 @@ const CLUSTER_FAULTS: [Fault; 7] = [
     Fault::PartitionBridge,
     Fault::PauseMember,
     Fault::KillMember,
+    Fault::KillLeader,
+    Fault::CompactDefrag,
 ];
-const CLIENT_FAULTS: [Fault; 5] = [
+/// The first three need no clock of their own; the others put the client
+/// on a faked clock, one client at a time.
+const CLIENT_FAULTS: [Fault; 7] = [
     Fault::PartitionClient,
     Fault::PauseClient,
     Fault::KillClient,
     Fault::ClockSlow,
     Fault::ClockFast,
+    Fault::WallJumpForward,
+    Fault::WallJumpBack,
 ];
 
 /// One step of the schedule.
@@ -77,6 +99,8 @@ pub struct Step {
 
 /// How to undo one started fault.
 enum Undo {
+    /// The fault was over when it returned (maintenance).
+    Nothing,
     Heal,
     ResumeMember(usize),
     RestartMember(usize),
@@ -84,6 +108,9 @@ enum Undo {
     RestartClient(usize),
     /// Kill the client running on a faked clock, start it on the real one.
     RealClock(usize),
+    /// Make the client's wall clock jump now (by this many seconds), then
+    /// as `RealClock`.
+    JumpThenRealClock(usize, i64),
 }
 
 /// The faults of one step, to be ended together.
@@ -92,6 +119,8 @@ pub struct Started(Vec<(u64, Undo)>);
 pub struct Nemesis {
     rng: Rng,
     clients: usize,
+    /// Compaction and defragmentation exist only on etcd.
+    etcd: bool,
     next_id: u64,
     /// A clock fault outlives its step (a restarted client needs time to
     /// connect and hold on its odd clock): its id, client and end.
@@ -102,10 +131,11 @@ pub struct Nemesis {
 const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
 impl Nemesis {
-    pub fn new(rng: Rng, clients: usize) -> Self {
+    pub fn new(rng: Rng, clients: usize, etcd: bool) -> Self {
         Nemesis {
             rng,
             clients,
+            etcd,
             next_id: 0,
             clock: None,
         }
@@ -113,7 +143,11 @@ impl Nemesis {
 
     pub fn next_step(&mut self) -> Step {
         Step {
-            cluster: *self.rng.pick(&CLUSTER_FAULTS),
+            cluster: *self.rng.pick(if self.etcd {
+                &CLUSTER_FAULTS[..]
+            } else {
+                &CLUSTER_FAULTS[..CLUSTER_FAULTS.len() - 1]
+            }),
             // One client on a faked clock at a time.
             client: *self.rng.pick(if self.clock.is_some() {
                 &CLIENT_FAULTS[..3]
@@ -161,11 +195,17 @@ impl Nemesis {
             self.finish(world).await?;
         }
         for (id, undo) in started.0 {
-            if let Undo::RealClock(c) = undo {
+            if let Undo::JumpThenRealClock(c, secs) = undo {
+                // The client has run a step on the faked clock (and likely
+                // holds): now its wall clock jumps.
+                world.clients[c].jump_wall_clock(secs)?;
+            }
+            if let Undo::RealClock(c) | Undo::JumpThenRealClock(c, _) = undo {
                 self.clock = Some((id, c, Instant::now() + CLOCK_FAULT));
                 continue;
             }
             match undo {
+                Undo::Nothing => {}
                 Undo::Heal => {
                     if let Some(n) = &world.network {
                         n.heal().map_err(|e| e.to_string())?;
@@ -182,7 +222,7 @@ impl Nemesis {
                 }
                 Undo::RestartClient(_) => {}
                 // Deferred above.
-                Undo::RealClock(_) => {}
+                Undo::RealClock(_) | Undo::JumpThenRealClock(..) => {}
             }
             world.recorder.record(NEMESIS, EventKind::FaultEnd { id });
         }
@@ -242,6 +282,16 @@ impl Nemesis {
                     Undo::Heal,
                 ))
             }
+            Fault::KillLeader => {
+                let i = leader.unwrap_or_else(|| self.rng.below(members));
+                cluster(world)?.members[i].kill();
+                Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
+            }
+            Fault::CompactDefrag => {
+                let i = self.rng.below(members);
+                let done = maintain(world, i).await;
+                Ok((format!("m{}: {done}", i + 1), Undo::Nothing))
+            }
             Fault::PauseMember | Fault::KillMember => {
                 let i = self.rng.below(members);
                 let member = &mut cluster(world)?.members[i];
@@ -276,13 +326,28 @@ impl Nemesis {
             Fault::ClockSlow | Fault::ClockFast => {
                 let c = self.rng.below(self.clients);
                 crash(world, c).await;
-                world.clients[c].clock = Some(if fault == Fault::ClockSlow {
+                world.clients[c].clock = Some(Clock::Rate(if fault == Fault::ClockSlow {
                     "x0.5"
                 } else {
                     "x2"
-                });
+                }));
                 world.start_client(c).await?;
                 Ok((world.clients[c].name.clone(), Undo::RealClock(c)))
+            }
+            Fault::WallJumpForward | Fault::WallJumpBack => {
+                let c = self.rng.below(self.clients);
+                crash(world, c).await;
+                world.clients[c].clock = Some(Clock::WallFile);
+                world.start_client(c).await?;
+                let secs = if fault == Fault::WallJumpForward {
+                    600
+                } else {
+                    -600
+                };
+                Ok((
+                    world.clients[c].name.clone(),
+                    Undo::JumpThenRealClock(c, secs),
+                ))
             }
         }
     }
@@ -300,4 +365,26 @@ fn cluster(world: &mut World) -> Result<&mut super::members::Cluster, String> {
         .cluster
         .as_mut()
         .ok_or_else(|| "no cluster".to_owned())
+}
+
+/// Compacts the history and defragments member `i` (etcd only); says what
+/// happened, for the history.
+async fn maintain(world: &World, i: usize) -> String {
+    let Some(cluster) = world.cluster.as_ref() else {
+        return "no cluster".into();
+    };
+    let member = &cluster.members[i];
+    let mut cmd = member.host.command(world.exe());
+    cmd.args(["maintain", "--endpoint", &cluster.endpoint(i)]);
+    let run = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(out)) if out.status.success() => {
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        }
+        Ok(Ok(out)) => format!("failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Ok(Err(e)) => format!("failed: {e}"),
+        Err(_) => "failed: no answer within 10 s".into(),
+    }
 }

@@ -133,9 +133,21 @@ pub struct ClientProc {
     child: Option<Child>,
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     generation: u64,
-    /// A libfaketime rate ("x0.5", "x2") for the next start: the process's
-    /// wall and monotonic clocks run slow or fast.
-    pub clock: Option<&'static str>,
+    /// The faked clock of the next start, if any.
+    pub clock: Option<Clock>,
+    /// Where libfaketime reads the wall-clock offset of a `Clock::WallFile`
+    /// start (re-read every second).
+    clock_file: PathBuf,
+}
+
+/// A client's faked clock (libfaketime preloaded into the client).
+#[derive(Clone, Copy, Debug)]
+pub enum Clock {
+    /// Wall and monotonic clocks (and sleeps) run at this rate ("x0.5").
+    Rate(&'static str),
+    /// The monotonic clock is real; the wall clock's offset is read from
+    /// the client's clock file, so it can jump while the client runs.
+    WallFile,
 }
 
 impl ClientProc {
@@ -154,6 +166,12 @@ impl ClientProc {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// Moves the wall clock of a client started on `Clock::WallFile` by
+    /// `secs` from the real one (libfaketime notices within a second).
+    pub fn jump_wall_clock(&self, secs: i64) -> Result<(), String> {
+        std::fs::write(&self.clock_file, format!("{secs:+}\n")).map_err(|e| e.to_string())
     }
 
     /// SIGKILL and reap.
@@ -187,6 +205,11 @@ struct Spawner {
 }
 
 impl World {
+    /// The campaign binary (run inside namespaces for helper jobs).
+    pub fn exe(&self) -> &std::path::Path {
+        &self.spawner.exe
+    }
+
     /// Starts client `i` (a new process with a new seed after a kill).
     pub async fn start_client(&mut self, i: usize) -> Result<(), String> {
         // Two faults may both restart one client; the process replaced here
@@ -204,11 +227,21 @@ impl World {
             Some(host) => host.command(&s.exe),
             None => std::process::Command::new(&s.exe),
         };
-        if let Some(rate) = proc.clock {
-            // libfaketime preloaded into the client itself (the faketime
-            // wrapper would fork, and signals would miss the client).
-            cmd.env("LD_PRELOAD", FAKETIME_LIB)
-                .env("FAKETIME", format!("+0 {rate}"));
+        // libfaketime preloaded into the client itself (the faketime
+        // wrapper would fork, and signals would miss the client).
+        match proc.clock {
+            Some(Clock::Rate(rate)) => {
+                cmd.env("LD_PRELOAD", FAKETIME_LIB)
+                    .env("FAKETIME", format!("+0 {rate}"));
+            }
+            Some(Clock::WallFile) => {
+                proc.jump_wall_clock(0)?;
+                cmd.env("LD_PRELOAD", FAKETIME_LIB)
+                    .env("FAKETIME_TIMESTAMP_FILE", &proc.clock_file)
+                    .env("FAKETIME_CACHE_DURATION", "1")
+                    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            }
+            None => {}
         }
         cmd.arg("client")
             .args([
@@ -430,6 +463,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             stdin: Arc::new(tokio::sync::Mutex::new(None)),
             generation: 0,
             clock: None,
+            clock_file: cfg.out.join(format!("c{}.faketime", i + 1)),
         })
         .collect();
     let mut world = World {
@@ -476,7 +510,8 @@ async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {
 /// duration ends, then healing and a recovery window.
 async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     let deadline = Instant::now() + cfg.duration;
-    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len());
+    let etcd = matches!(cfg.kind, Kind::Etcd(_));
+    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len(), etcd);
     // Let the clients take their first grants before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
