@@ -34,13 +34,16 @@ cargo build --locked -q --release -p fencing-integration --bins
 # fewer grants per minute under these faults than ZooKeeper (a waiter's
 # session dies with its member; etcd 3.4 also stalls for up to 20 s), so it
 # runs longer, and 3.4 is held to a lower floor until that is fixed.
+# The elect runs make the clients LeaderElector candidates doing gated work.
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
-for run in "zk 60 300" "zk38 60 300" "etcd 150 300" "etcd34 120 100"; do
+for run in "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" "etcd34 120 100 lock" \
+           "zk 60 250 elect" "etcd 90 150 elect"; do
     set -- $run
-    echo "== fault campaign: $1 for $2 s (history and timeline in $campaign_out/$1)"
-    rm -rf "${campaign_out:?}/$1"
+    out="$campaign_out/$1-$4"
+    echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"
+    rm -rf "${out:?}"
     "${CARGO_TARGET_DIR:-target}/release/campaign" run --backend "$1" --seconds "$2" --seed 12 \
-        --min-grants "$3" --min-faults 40 --out "$campaign_out/$1"
+        --min-grants "$3" --min-faults 40 --workload "$4" --out "$out"
 done
 
 echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"

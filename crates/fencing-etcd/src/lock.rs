@@ -184,32 +184,34 @@ pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool>
         .is_some_and(|kv| kv.create_revision() == rev))
 }
 
-/// Deletes my key, whatever incarnation: only for a grant's release, while
-/// the source's local lock keeps any newer grant of this session on the
-/// same lock from existing. A plain delete, like Go's `Unlock`.
-pub(crate) async fn delete(conn: &Conn, key: &str) -> Result<()> {
-    conn.call("unlock", |mut c| async move { c.delete(key, None).await })
-        .await
-        .map(drop)
-}
-
 /// Which incarnation of my key to delete.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Incarnation {
     /// The one created at this revision (the token).
     Created(i64),
-    /// Whatever this lease holds (the revision is not known yet).
+    /// Whichever this lease holds now (the revision is not known yet).
     OfLease(i64),
 }
 
-/// Deletes my key if it is still the given incarnation.
+/// Deletes my key if it is still the given incarnation, always by its
+/// create revision. The key's name is the same for every grant of a
+/// session on one lock, and a delete can be applied long after it was sent
+/// (a proposal held in a partitioned link between members is delivered
+/// when the link heals): a plain delete, or one that only compares the
+/// lease, would then delete a later grant's key. The fault campaign caught
+/// exactly that with Go's plain `Unlock` delete (etcd 3.6, seed 12: a
+/// release sent during a leader partition deleted the same source's next
+/// grant 0.5 s later, and another client was granted while it held).
 pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result<()> {
-    let compare = match which {
-        Incarnation::Created(rev) => Compare::create_revision(key, CompareOp::Equal, rev),
-        Incarnation::OfLease(lease) => Compare::lease(key, CompareOp::Equal, lease),
+    let rev = match which {
+        Incarnation::Created(rev) => rev,
+        Incarnation::OfLease(lease) => match incarnation_of(conn, key, lease).await? {
+            Some(rev) => rev,
+            None => return Ok(()),
+        },
     };
     let txn = Txn::new()
-        .when([compare])
+        .when([Compare::create_revision(key, CompareOp::Equal, rev)])
         .and_then([TxnOp::delete(key, None)]);
     conn.call("unlock txn", |mut c| {
         let txn = txn.clone();
@@ -217,6 +219,18 @@ pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result
     })
     .await
     .map(drop)
+}
+
+/// The create revision of `key` if it exists on `lease`.
+async fn incarnation_of(conn: &Conn, key: &str, lease: i64) -> Result<Option<i64>> {
+    let resp = conn
+        .call("get", |mut c| async move { c.get(key, None).await })
+        .await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .filter(|kv| kv.lease() == lease)
+        .map(|kv| kv.create_revision()))
 }
 
 /// The current owner of a lock: its key's value and create revision.

@@ -282,6 +282,7 @@ impl EtcdSource {
         let backend = EtcdGrant {
             conn: conn.clone(),
             key: keys.mine,
+            rev: attempt.rev,
             watch: Some(watch),
             session,
             _local: pending.disarm(),
@@ -350,6 +351,8 @@ impl Drop for PendingKey {
 struct EtcdGrant {
     conn: Conn,
     key: String,
+    /// The key's create revision (the token).
+    rev: i64,
     /// Marks the grant lost if the key is deleted behind our back.
     watch: Option<WatchGuard>,
     session: Arc<Session>,
@@ -361,10 +364,9 @@ impl GrantBackend for EtcdGrant {
     async fn release(mut self: Box<Self>) -> Result<()> {
         // Our own delete is not a loss.
         self.watch.take();
-        // `_local` is still held here, so no newer key of ours exists yet.
-        let (conn, key) = (&self.conn, &self.key);
+        let (conn, key, rev) = (&self.conn, &self.key, Incarnation::Created(self.rev));
         release_until_lost(self.session.lease(), "etcd unlock", || {
-            lock::delete(conn, key)
+            lock::unlock(conn, key, rev)
         })
         .await
     }

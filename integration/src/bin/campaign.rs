@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use fencing::{FencingSource, ResourceName};
+use fencing_election::ElectionConfig;
 use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
 use fencing_integration::campaign::members::Kind;
 use fencing_integration::campaign::run::{self, Config, LOCKS};
@@ -66,6 +67,16 @@ struct RunArgs {
     /// Where the history, the time line and the logs go
     #[arg(long)]
     out: Option<PathBuf>,
+    /// What the clients do: take the lock, or campaign as LeaderElector
+    /// candidates (`LeaderElector::run` with gated work)
+    #[arg(long, value_enum, default_value_t = Workload::Lock)]
+    workload: Workload,
+}
+
+#[derive(Clone, Copy, ValueEnum, Debug, PartialEq, Eq)]
+enum Workload {
+    Lock,
+    Elect,
 }
 
 #[derive(Subcommand)]
@@ -87,6 +98,9 @@ enum Command {
         ttl_ms: u64,
         #[arg(long)]
         seed: u64,
+        /// Be a LeaderElector candidate rather than a lock user
+        #[arg(long)]
+        elect: bool,
     },
     /// Compacts an etcd member's history up to now and defragments it
     /// (started by `run` inside the member's namespace)
@@ -123,7 +137,8 @@ fn main() -> ExitCode {
                 lock,
                 ttl_ms,
                 seed,
-            } => client_main(name, source, gate, lock, ttl_ms, seed).await,
+                elect,
+            } => client_main(name, source, gate, lock, ttl_ms, seed, elect).await,
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
         }
@@ -141,12 +156,15 @@ async fn campaign(args: RunArgs) -> ExitCode {
         out,
         min_grants,
         min_faults,
+        workload,
     } = args;
     let seed = seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         t.map(|d| d.as_nanos() as u64).unwrap_or(1) ^ u64::from(std::process::id())
     });
-    println!("campaign seed {seed} ({backend:?}, {seconds} s; replay with --seed {seed})");
+    println!(
+        "campaign seed {seed} ({backend:?}, {workload:?}, {seconds} s; replay with --seed {seed})"
+    );
     let (kind, ttl) = match backend {
         Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
         Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
@@ -163,6 +181,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         ttl,
         min_grants,
         min_faults,
+        elect: workload == Workload::Elect,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,
@@ -238,6 +257,7 @@ async fn client_main(
     lock: String,
     ttl_ms: u64,
     seed: u64,
+    elect: bool,
 ) -> ExitCode {
     // A client that cannot connect yet (its member down) keeps trying: the
     // campaign decides when it stops.
@@ -267,7 +287,15 @@ async fn client_main(
         seed,
     };
     let gate = cluster_gate.map(|g| (gate, g));
-    client::run(source, gate, plan).await;
+    // The lease is the session; a leader steps down at 3/4 of it, well
+    // after the renewal at 1/3 (the elector refuses less than 1.2 x that).
+    let election = elect.then(|| {
+        ElectionConfig::new(name.as_str())
+            .lease_duration(plan.ttl)
+            .renew_deadline(plan.ttl * 3 / 4)
+            .retry_period(plan.ttl / 2)
+    });
+    client::run(source, gate, plan, election).await;
     ExitCode::SUCCESS
 }
 

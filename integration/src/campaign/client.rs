@@ -1,6 +1,7 @@
 //! One campaign client: a separate process (inside its own network
 //! namespace) that acquires, writes through the gates while it believes it
-//! holds the lock, and releases, over and over. It reports what it sees as
+//! holds the lock, and releases, over and over (or, as a candidate of a
+//! `LeaderElector`, leads, writes and resigns). It reports what it sees as
 //! JSON lines on stdout; the controller stamps them on arrival with one
 //! clock for every process and answers writes to its in-memory gate on
 //! stdin.
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
+use fencing_election::{ElectionConfig, LeaderElector};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Mutex};
@@ -141,11 +143,71 @@ fn read_stdin(replies: mpsc::Sender<Reply>, stop: tokio::sync::watch::Sender<boo
     });
 }
 
-/// Runs the acquire / write / release loop until stdin closes.
+/// The shared tail of both loops: the gates, and the ids and values of
+/// the writes a client makes.
+struct Writer<'a> {
+    io: &'a Io,
+    gate: &'a Option<(String, GateMaker)>,
+    resource: &'a ResourceName,
+    every: Duration,
+    next_id: u64,
+    value: u64,
+    /// The gate write in flight, if any: cut short by a loss, its outcome
+    /// is unknown (the server may still apply it).
+    in_flight: Option<u64>,
+}
+
+impl Writer<'_> {
+    /// Writes through the in-memory gate, then the cluster's gate, every
+    /// `every` until `until`.
+    async fn write_until(&mut self, token: FencingToken, until: tokio::time::Instant) {
+        let cluster_gate = match self.gate {
+            Some((_, make)) => make().await,
+            None => None,
+        };
+        let resource = self.resource.as_str();
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(self.every).await;
+            self.value += 1;
+            self.next_id += 1;
+            write_memory(self.io, self.next_id, resource, token.get(), self.value).await;
+            if let (Some((name, _)), Some(gate)) = (self.gate, &cluster_gate) {
+                self.next_id += 1;
+                self.in_flight = Some(self.next_id);
+                let (id, value) = (self.next_id, self.value);
+                write_gate(self.io, id, name, gate, self.resource, token, value).await;
+                self.in_flight = None;
+            }
+        }
+    }
+
+    /// Reports the write a loss cut short.
+    async fn cut_short(&mut self) {
+        if let Some(id) = self.in_flight.take() {
+            let outcome = WriteOutcome::Unknown;
+            self.io.send(ClientLine::WriteEnd { id, outcome }).await;
+        }
+    }
+}
+
+/// Mostly short holds (many grants), sometimes long ones: only a hold that
+/// outlasts a session can be caught out by a partition.
+fn next_hold(rng: &mut Rng, plan: &ClientPlan) -> Duration {
+    if rng.below(100) < plan.long_hold_percent {
+        rng.duration(plan.long_hold.0, plan.long_hold.1)
+    } else {
+        rng.duration(plan.hold.0, plan.hold.1)
+    }
+}
+
+/// Runs the acquire / write / release loop until stdin closes; with
+/// `election`, the campaign / write / resign loop of `LeaderElector::run`
+/// instead.
 pub async fn run(
     source: Arc<dyn FencingSource>,
     gate: Option<(String, GateMaker)>,
     plan: ClientPlan,
+    election: Option<ElectionConfig>,
 ) {
     let (reply_tx, reply_rx) = mpsc::channel(64);
     let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
@@ -155,100 +217,145 @@ pub async fn run(
         replies: Mutex::new(reply_rx),
     };
     let mut rng = Rng::new(plan.seed);
-    let mut next_id = 0u64;
-    let mut value = 0u64;
-    let resource = plan.resource.as_str().to_owned();
+    let mut writer = Writer {
+        io: &io,
+        gate: &gate,
+        resource: &plan.resource,
+        every: plan.write_every,
+        next_id: 0,
+        value: 0,
+        in_flight: None,
+    };
+    let elector = match election {
+        Some(config) => match LeaderElector::new(source.clone(), plan.resource.clone(), config) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                eprintln!("elector: {e}");
+                return;
+            }
+        },
+        None => None,
+    };
+    while !*stop.borrow() {
+        io.send(ClientLine::AcquireStart {
+            resource: plan.resource.as_str().to_owned(),
+        })
+        .await;
+        let hold = next_hold(&mut rng, &plan);
+        let one = async {
+            match &elector {
+                Some(elector) => lead_once(elector, &mut writer, hold).await,
+                None => hold_once(&source, &plan, &mut writer, hold).await,
+            }
+        };
+        tokio::select! {
+            () = one => {}
+            _ = stop.changed() => break,
+        }
+    }
+}
+
+/// One acquire, hold with writes, and release (or loss).
+async fn hold_once(
+    source: &Arc<dyn FencingSource>,
+    plan: &ClientPlan,
+    writer: &mut Writer<'_>,
+    hold: Duration,
+) {
     let options = AcquireOptions::new()
         .ttl(plan.ttl)
         .timeout(plan.acquire_wait);
-    while !*stop.borrow() {
-        io.send(ClientLine::AcquireStart {
-            resource: resource.clone(),
-        })
-        .await;
-        let grant = tokio::select! {
-            r = source.acquire(&plan.resource, &options) => r,
-            _ = stop.changed() => break,
-        };
-        let grant = match grant {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("acquire: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let token = grant.token().get();
-        io.send(ClientLine::Grant {
-            resource: resource.clone(),
-            token,
-        })
-        .await;
-        let cluster_gate = match &gate {
-            Some((_, make)) => make().await,
-            None => None,
-        };
-        // Mostly short holds (many grants), sometimes long ones: only a
-        // hold that outlasts a session can be caught out by a partition.
-        let hold = if rng.below(100) < plan.long_hold_percent {
-            rng.duration(plan.long_hold.0, plan.long_hold.1)
-        } else {
-            rng.duration(plan.hold.0, plan.hold.1)
-        };
-        let until = tokio::time::Instant::now() + hold;
-        // The gate write in flight, if any: cut short by a loss, its outcome
-        // is unknown (the server may still apply it).
-        let in_flight = std::cell::Cell::new(None);
-        let work = async {
-            while tokio::time::Instant::now() < until {
-                tokio::time::sleep(plan.write_every).await;
-                value += 1;
-                next_id += 1;
-                write_memory(&io, next_id, &resource, token, value).await;
-                if let (Some((name, _)), Some(gate)) = (&gate, &cluster_gate) {
-                    next_id += 1;
-                    in_flight.set(Some(next_id));
-                    let (resource, token) = (&plan.resource, grant.token());
-                    write_gate(&io, next_id, name, gate, resource, token, value).await;
-                    in_flight.set(None);
-                }
-            }
-        };
-        // lost() is watched during the writes too, so the loss is reported
-        // when it fires, not when a slow write returns.
-        let lost = tokio::select! {
-            reason = grant.lost() => Some(reason),
-            () = work => None,
-        };
-        if let Some(id) = in_flight.get() {
-            let outcome = WriteOutcome::Unknown;
-            io.send(ClientLine::WriteEnd { id, outcome }).await;
+    let grant = match source.acquire(&plan.resource, &options).await {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("acquire: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
         }
-        match lost {
-            Some(reason) => {
-                io.send(ClientLine::Lost {
-                    resource: resource.clone(),
-                    token,
-                    reason,
-                })
-                .await;
-                let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
-            }
-            None => {
-                // The holder stops acting as one before the release is sent:
-                // the next grant may follow the server's delete at once.
-                io.send(ClientLine::Release {
-                    resource: resource.clone(),
-                    token,
-                })
-                .await;
-                let released = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
-                if !matches!(released, Ok(Ok(()))) {
-                    eprintln!("release of token {token}: {released:?}");
-                }
+    };
+    let (io, token) = (writer.io, grant.token());
+    granted(io, &plan.resource, token).await;
+    let until = tokio::time::Instant::now() + hold;
+    // lost() is watched during the writes too, so the loss is reported
+    // when it fires, not when a slow write returns.
+    let lost = tokio::select! {
+        reason = grant.lost() => Some(reason),
+        () = writer.write_until(token, until) => None,
+    };
+    writer.cut_short().await;
+    match lost {
+        Some(reason) => {
+            lost_it(io, &plan.resource, token, reason).await;
+            let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
+        }
+        None => {
+            // The holder stops acting as one before the release is sent:
+            // the next grant may follow the server's delete at once.
+            released(io, &plan.resource, token).await;
+            let released = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
+            if !matches!(released, Ok(Ok(()))) {
+                eprintln!("release of token {token}: {released:?}");
             }
         }
     }
+}
+
+/// One term of `LeaderElector::run`: the work writes for `hold`, then
+/// returns, and the elector resigns; a loss cancels the work.
+async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Duration) {
+    let resource = elector.election().clone();
+    let io = writer.io;
+    let mut term = None;
+    let outcome = elector
+        .run(|ctx| {
+            let token = ctx.token();
+            term = Some(token);
+            let writer = &mut *writer;
+            let resource = &resource;
+            async move {
+                granted(io, resource, token).await;
+                writer
+                    .write_until(token, tokio::time::Instant::now() + hold)
+                    .await;
+                // As for a lock: no longer acting as leader before resigning.
+                released(io, resource, token).await;
+            }
+        })
+        .await;
+    writer.cut_short().await;
+    match (outcome, term) {
+        (Ok(()), _) => {}
+        (Err(Error::Lost { reason, .. }), Some(token)) => {
+            lost_it(io, &resource, token, reason).await
+        }
+        (Err(e), _) => {
+            eprintln!("elector: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) {
+    let resource = resource.as_str().to_owned();
+    let token = token.get();
+    io.send(ClientLine::Grant { resource, token }).await;
+}
+
+async fn released(io: &Io, resource: &ResourceName, token: FencingToken) {
+    let resource = resource.as_str().to_owned();
+    let token = token.get();
+    io.send(ClientLine::Release { resource, token }).await;
+}
+
+async fn lost_it(io: &Io, resource: &ResourceName, token: FencingToken, reason: String) {
+    let resource = resource.as_str().to_owned();
+    let token = token.get();
+    io.send(ClientLine::Lost {
+        resource,
+        token,
+        reason,
+    })
+    .await;
 }
 
 async fn write_memory(io: &Io, id: u64, resource: &str, token: u64, value: u64) {

@@ -46,6 +46,8 @@ pub struct Config {
     /// exercised too little proves too little.
     pub min_grants: usize,
     pub min_faults: usize,
+    /// The clients are `LeaderElector` candidates instead of lock users.
+    pub elect: bool,
 }
 
 /// What a run found.
@@ -200,6 +202,7 @@ struct Spawner {
     gate: &'static str,
     ttl: Duration,
     seed: u64,
+    elect: bool,
     log_dir: PathBuf,
     memory: Arc<MemoryGate>,
 }
@@ -250,6 +253,9 @@ impl World {
             .args(["--lock", LOCKS[i % LOCKS.len()]])
             .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
             .args(["--seed", &seed.to_string()]);
+        if s.elect {
+            cmd.arg("--elect");
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -477,6 +483,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             gate,
             ttl: cfg.ttl,
             seed: cfg.seed,
+            elect: cfg.elect,
             log_dir: cfg.out.clone(),
             memory: Arc::new(MemoryGate::new()),
         },
