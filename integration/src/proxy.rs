@@ -16,6 +16,13 @@
 //! every open connection, so the client sees a broken connection after the
 //! server acted.
 //!
+//! A third delays requests: while held, what the client sends is kept,
+//! frame by frame (the connection speaks HTTP/2, as gRPC does), and later
+//! delivered without the client's stream cancellations (`RST_STREAM`): a
+//! request that the network delivered late while its client gave up on it
+//! and re-sent it elsewhere, as a proposal held in a partitioned link
+//! between members is delivered when the link heals.
+//!
 //! Every task belongs to the proxy and is aborted when it is dropped.
 
 use std::io;
@@ -99,6 +106,12 @@ impl Proxy {
     pub fn cut_connections(&self) {
         self.faults.cut.send_modify(|generation| *generation += 1);
     }
+
+    /// Holds (`true`) what clients send, or delivers what was held, minus
+    /// every `RST_STREAM` frame, and forwards again (`false`).
+    pub fn set_requests_held(&self, on: bool) {
+        self.faults.held.send_replace(on);
+    }
 }
 
 impl Drop for Proxy {
@@ -114,6 +127,7 @@ struct Faults {
     replies_dropped: AtomicBool,
     /// Bumped by `cut_connections`; each connection ends when it changes.
     cut: watch::Sender<u64>,
+    held: watch::Sender<bool>,
 }
 
 impl Default for Faults {
@@ -122,6 +136,7 @@ impl Default for Faults {
             blackhole: AtomicBool::new(false),
             replies_dropped: AtomicBool::new(false),
             cut: watch::channel(0).0,
+            held: watch::channel(false).0,
         }
     }
 }
@@ -157,7 +172,12 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     let (out_read, out_write) = outbound.into_split();
     let pumps = async {
         tokio::join!(
-            pump(in_read, out_write, &faults.blackhole, None),
+            pump_requests(
+                in_read,
+                out_write,
+                &faults.blackhole,
+                faults.held.subscribe()
+            ),
             pump(
                 out_read,
                 in_write,
@@ -196,4 +216,164 @@ async fn pump(
         }
     }
     let _ = to.shutdown().await;
+}
+
+/// HTTP/2's client preface, sent once before the first frame.
+const PREFACE_LEN: usize = 24;
+const FRAME_HEADER_LEN: usize = 9;
+const RST_STREAM: u8 = 0x3;
+
+/// Where a byte stream from an HTTP/2 client stands: in the preface, in a
+/// frame header, or in a payload with this many bytes left.
+#[derive(Default)]
+struct Frames {
+    seen: usize,
+    header: Vec<u8>,
+    payload_left: usize,
+}
+
+impl Frames {
+    fn at_boundary(&self) -> bool {
+        self.seen >= PREFACE_LEN && self.header.is_empty() && self.payload_left == 0
+    }
+
+    /// Advances over one byte; true when it ends a frame (or the preface).
+    fn step(&mut self, byte: u8) -> bool {
+        if self.seen < PREFACE_LEN {
+            self.seen += 1;
+            return self.seen == PREFACE_LEN;
+        }
+        if self.payload_left > 0 {
+            self.payload_left -= 1;
+            return self.payload_left == 0;
+        }
+        self.header.push(byte);
+        if self.header.len() < FRAME_HEADER_LEN {
+            return false;
+        }
+        let h = std::mem::take(&mut self.header);
+        self.payload_left = payload_len(&h);
+        self.payload_left == 0
+    }
+}
+
+fn payload_len(header: &[u8]) -> usize {
+    usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2])
+}
+
+/// The frames of `held` (which starts at a frame boundary) except every
+/// `RST_STREAM`.
+fn without_cancels(held: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(held.len());
+    let mut at = 0;
+    while at + FRAME_HEADER_LEN <= held.len() {
+        let end = (at + FRAME_HEADER_LEN + payload_len(&held[at..])).min(held.len());
+        if held[at + 3] != RST_STREAM {
+            out.extend_from_slice(&held[at..end]);
+        }
+        at = end;
+    }
+    out
+}
+
+/// The client-to-server direction: as [`pump`], and while requests are
+/// held, the frames begun meanwhile are kept and delivered (without
+/// cancellations) when the hold ends.
+async fn pump_requests(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    blackhole: &AtomicBool,
+    mut held: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut frames = Frames::default();
+    let mut kept: Vec<u8> = Vec::new();
+    // Whether the current frame began while held.
+    let mut keeping = false;
+    loop {
+        let n = tokio::select! {
+            r = from.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            changed = held.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                if !*held.borrow_and_update() && !kept.is_empty() {
+                    let late = without_cancels(&std::mem::take(&mut kept));
+                    if to.write_all(&late).await.is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
+        };
+        if blackhole.load(Ordering::SeqCst) {
+            continue;
+        }
+        let hold = *held.borrow();
+        let mut forward = Vec::with_capacity(n);
+        for &byte in &buf[..n] {
+            if frames.at_boundary() {
+                keeping = hold;
+            }
+            if keeping {
+                kept.push(byte);
+            } else {
+                forward.push(byte);
+            }
+            frames.step(byte);
+        }
+        if !forward.is_empty() && to.write_all(&forward).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, stream: u8, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            0,
+            0,
+            0,
+            0,
+            stream,
+        ];
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn cancellations_are_dropped_and_other_frames_kept_in_order() {
+        let headers = frame(0x1, 1, b"hdr");
+        let data = frame(0x0, 1, b"request");
+        let cancel = frame(RST_STREAM, 1, &[0, 0, 0, 8]);
+        let ping = frame(0x6, 0, &[0; 8]);
+        let held = [headers.clone(), data.clone(), cancel, ping.clone()].concat();
+        assert_eq!(without_cancels(&held), [headers, data, ping].concat());
+    }
+
+    #[test]
+    fn frame_boundaries_are_tracked_from_the_preface() {
+        let mut frames = Frames::default();
+        let stream = [vec![b'P'; PREFACE_LEN], frame(0x4, 0, &[1, 2, 3])].concat();
+        let ends: Vec<usize> = stream
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| frames.step(b))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(ends, [PREFACE_LEN - 1, stream.len() - 1]);
+        assert!(frames.at_boundary());
+    }
 }

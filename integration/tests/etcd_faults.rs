@@ -112,6 +112,55 @@ async fn key_deleted_and_compacted_while_the_watch_stream_is_down(version: EtcdV
         .expect("the watch of the kept grant did not come back after the compaction");
 }
 
+/// A release's delete that reaches the cluster late (held in the network
+/// while the client gave up on it and re-sent it to another member, its
+/// cancellation lost) must not delete the grant the same source made
+/// meanwhile: same lease, so the same key name. The fault campaign found
+/// this with a plain delete (etcd 3.6, seed 12).
+async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
+    use fencing_integration::proxy::Proxy;
+    let f = EtcdFixture::start(version).await;
+    let members = f.cluster.endpoints();
+    let (late, direct) = (
+        Proxy::start(members[0].parse().unwrap()).await.unwrap(),
+        Proxy::start(members[1].parse().unwrap()).await.unwrap(),
+    );
+    let source = EtcdSource::connect(f.config(vec![late.endpoint(), direct.endpoint()]))
+        .await
+        .expect("connect");
+    let mut observer = f.source().await.client();
+    let lock = r("late-delete");
+    let long = opts(Duration::from_secs(10));
+    // The client picks a member per request; try until a release's first
+    // send went to the held one (the release then needed a re-send).
+    for _ in 0..20 {
+        let first = source.acquire(&lock, &long).await.unwrap();
+        late.set_requests_held(true);
+        let started = std::time::Instant::now();
+        first.release().await.expect("release (re-sent to the other member)");
+        let resent = started.elapsed() >= Duration::from_millis(200);
+        let next = if resent {
+            Some(source.acquire(&lock, &long).await.unwrap())
+        } else {
+            None
+        };
+        late.set_requests_held(false);
+        let Some(next) = next else { continue };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let key = observer.get(next.key(), None).await.unwrap();
+        let created = key.kvs().first().map(|kv| kv.create_revision());
+        assert_eq!(
+            created,
+            Some(i64::try_from(next.token()).unwrap()),
+            "the late delete removed the next grant's key"
+        );
+        assert!(next.is_live(), "the next grant was lost to a late delete");
+        next.release().await.unwrap();
+        return;
+    }
+    panic!("no release was sent to the held member first in 20 tries");
+}
+
 /// 64 waiters on one lock: each hand-over wakes exactly one waiter.
 async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
@@ -330,6 +379,7 @@ fencing_integration::on_both_etcd_versions!(
     frozen_holder_process_is_fenced,
     key_deleted_behind_our_back,
     key_deleted_and_compacted_while_the_watch_stream_is_down,
+    late_release_delete_spares_the_next_grant,
     sixty_four_waiters_no_herd,
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
