@@ -137,7 +137,10 @@ async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
         let first = source.acquire(&lock, &long).await.unwrap();
         late.set_requests_held(true);
         let started = std::time::Instant::now();
-        first.release().await.expect("release (re-sent to the other member)");
+        first
+            .release()
+            .await
+            .expect("release (re-sent to the other member)");
         let resent = started.elapsed() >= Duration::from_millis(200);
         let next = if resent {
             Some(source.acquire(&lock, &long).await.unwrap())
