@@ -34,9 +34,14 @@ pub enum ClientLine {
         token: u64,
         reason: String,
     },
+    /// The holder stops acting as one; answered with a [`Reply`] once
+    /// recorded, and only then is the release sent, so the record cannot
+    /// come after the next holder's grant (lines of different clients are
+    /// stamped in the order the controller happens to read them).
     Release {
         resource: String,
         token: u64,
+        id: u64,
     },
     /// A write through the cluster's own gate is about to be sent.
     WriteStart {
@@ -60,7 +65,8 @@ pub enum ClientLine {
     },
 }
 
-/// The controller's answer to a [`ClientLine::MemWrite`].
+/// The controller's answer to a [`ClientLine::MemWrite`] or a
+/// [`ClientLine::Release`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Reply {
     pub id: u64,
@@ -291,7 +297,7 @@ async fn hold_once(
         None => {
             // The holder stops acting as one before the release is sent:
             // the next grant may follow the server's delete at once.
-            released(io, &plan.resource, token).await;
+            released(writer, &plan.resource, token).await;
             let released = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
             if !matches!(released, Ok(Ok(()))) {
                 eprintln!("release of token {token}: {released:?}");
@@ -318,7 +324,7 @@ async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Durat
                     .write_until(token, tokio::time::Instant::now() + hold)
                     .await;
                 // As for a lock: no longer acting as leader before resigning.
-                released(io, resource, token).await;
+                released(writer, resource, token).await;
             }
         })
         .await;
@@ -341,10 +347,20 @@ async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) {
     io.send(ClientLine::Grant { resource, token }).await;
 }
 
-async fn released(io: &Io, resource: &ResourceName, token: FencingToken) {
+async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: FencingToken) {
+    writer.next_id += 1;
+    let id = writer.next_id;
     let resource = resource.as_str().to_owned();
     let token = token.get();
-    io.send(ClientLine::Release { resource, token }).await;
+    writer
+        .io
+        .send(ClientLine::Release {
+            resource,
+            token,
+            id,
+        })
+        .await;
+    let _ = writer.io.reply(id).await;
 }
 
 async fn lost_it(io: &Io, resource: &ResourceName, token: FencingToken, reason: String) {

@@ -316,7 +316,15 @@ async fn relay(
                 token,
                 reason,
             },
-            ClientLine::Release { resource, token } => EventKind::Release { resource, token },
+            ClientLine::Release {
+                resource,
+                token,
+                id,
+            } => {
+                recorder.record_at(at, &name, EventKind::Release { resource, token });
+                answer(&stdin, &Reply { id, accepted: true }).await;
+                continue;
+            }
             start @ ClientLine::WriteStart { id, .. } => {
                 started.insert(id, (at, start));
                 continue;
@@ -370,15 +378,19 @@ async fn relay(
                         value,
                     },
                 );
-                let mut reply = serde_json::to_string(&Reply { id, accepted }).unwrap();
-                reply.push('\n');
-                if let Some(stdin) = stdin.lock().await.as_mut() {
-                    let _ = stdin.write_all(reply.as_bytes()).await;
-                }
+                answer(&stdin, &Reply { id, accepted }).await;
                 continue;
             }
         };
         recorder.record_at(at, &name, kind);
+    }
+}
+
+async fn answer(stdin: &tokio::sync::Mutex<Option<ChildStdin>>, reply: &Reply) {
+    let mut line = serde_json::to_string(reply).expect("replies serialise");
+    line.push('\n');
+    if let Some(stdin) = stdin.lock().await.as_mut() {
+        let _ = stdin.write_all(line.as_bytes()).await;
     }
 }
 
