@@ -175,20 +175,34 @@ pub(crate) async fn wait_for_predecessors(
 
 /// True when my key still exists with my create revision.
 pub(crate) async fn still_mine(conn: &Conn, key: &str, rev: i64) -> Result<bool> {
-    Ok(current(conn, key)
-        .await?
-        .is_some_and(|(created, _)| created == rev))
+    Ok(read_key(conn, key.as_bytes()).await?.created() == Some(rev))
 }
 
-/// The create revision and lease of `key`, if it exists.
-async fn current(conn: &Conn, key: &str) -> Result<Option<(i64, i64)>> {
+/// One read of a lock key.
+pub(crate) struct KeyRead {
+    /// Its create revision and lease, if it exists.
+    pub(crate) found: Option<(i64, i64)>,
+    /// The store's revision when it was read.
+    pub(crate) revision: i64,
+}
+
+impl KeyRead {
+    pub(crate) fn created(&self) -> Option<i64> {
+        self.found.map(|(created, _)| created)
+    }
+}
+
+pub(crate) async fn read_key(conn: &Conn, key: &[u8]) -> Result<KeyRead> {
     let resp = conn
         .call("get", |mut c| async move { c.get(key, None).await })
         .await?;
-    Ok(resp
-        .kvs()
-        .first()
-        .map(|kv| (kv.create_revision(), kv.lease())))
+    Ok(KeyRead {
+        found: resp
+            .kvs()
+            .first()
+            .map(|kv| (kv.create_revision(), kv.lease())),
+        revision: resp.header().map_or(0, |h| h.revision()),
+    })
 }
 
 /// Which incarnation of my key to delete.
@@ -213,7 +227,7 @@ pub(crate) enum Incarnation {
 pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result<()> {
     let rev = match which {
         Incarnation::Created(rev) => rev,
-        Incarnation::OfLease(lease) => match current(conn, key).await? {
+        Incarnation::OfLease(lease) => match read_key(conn, key.as_bytes()).await?.found {
             Some((rev, of)) if of == lease => rev,
             _ => return Ok(()),
         },

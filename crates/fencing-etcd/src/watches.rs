@@ -27,6 +27,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
+use crate::lock;
 
 /// Pause before a broken stream is opened again or a failed read retried.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
@@ -419,22 +420,13 @@ async fn forward(mut sender: WatchRequestSender, mut queue: mpsc::UnboundedRecei
 /// Reads a held lock key until the read succeeds or the grant is lost.
 async fn still_ours(conn: Conn, key: Vec<u8>, rev: i64, lease: LeaseTracker) -> Check {
     loop {
-        let read = conn.call("get", |mut c| {
-            let k = key.clone();
-            async move { c.get(k, None).await }
-        });
-        let resp = tokio::select! {
+        let read = tokio::select! {
             _ = lease.lost() => return Check::Ended,
-            r = read => r,
+            r = lock::read_key(&conn, &key) => r,
         };
-        match resp {
-            Ok(resp)
-                if resp
-                    .kvs()
-                    .first()
-                    .is_some_and(|kv| kv.create_revision() == rev) =>
-            {
-                return Check::Present(resp.header().map_or(rev, |h| h.revision()));
+        match read {
+            Ok(read) if read.created() == Some(rev) => {
+                return Check::Present(read.revision.max(rev))
             }
             Ok(_) => return Check::Gone,
             Err(e) => tracing::debug!(error = %e, "re-reading a held lock key failed"),
