@@ -547,9 +547,17 @@ impl EtcdCluster {
         format!("127.0.0.1:{}", self.members[i].client_port)
     }
 
-    /// The sum of a Prometheus gauge or counter (all its label sets) on
-    /// member `i`'s `/metrics` page (plain-HTTP clusters only).
-    pub async fn metric(&self, i: usize, name: &str) -> Result<f64, HarnessError> {
+    /// The sum of a Prometheus gauge or counter (all its label sets) over
+    /// every member's `/metrics` page (plain-HTTP clusters only).
+    pub async fn metric(&self, name: &str) -> Result<f64, HarnessError> {
+        let mut sum = 0.0;
+        for i in 0..self.members.len() {
+            sum += self.member_metric(i, name).await?;
+        }
+        Ok(sum)
+    }
+
+    async fn member_metric(&self, i: usize, name: &str) -> Result<f64, HarnessError> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let page = async {
             let mut conn = tokio::net::TcpStream::connect(self.endpoint(i)).await?;

@@ -514,3 +514,34 @@ where
     }
     samples
 }
+
+/// Takes locks `lock-0` .. `lock-{n-1}` from one source, `in_flight`
+/// acquires at a time; the first failure ends it, naming the lock.
+pub async fn acquire_many<S>(
+    source: std::sync::Arc<S>,
+    n: usize,
+    in_flight: usize,
+    options: &AcquireOptions,
+) -> Result<Vec<fencing::Grant>, String>
+where
+    S: FencingSource + ?Sized + 'static,
+{
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..in_flight.min(n) {
+        let (source, options) = (source.clone(), options.clone());
+        workers.spawn(async move {
+            let mut grants = Vec::new();
+            for i in (worker..n).step_by(in_flight) {
+                let name = ResourceName::new(format!("lock-{i}")).map_err(|e| e.to_string())?;
+                let grant = source.acquire(&name, &options).await;
+                grants.push(grant.map_err(|e| format!("acquire {name}: {e}"))?);
+            }
+            Ok::<_, String>(grants)
+        });
+    }
+    let mut all = Vec::with_capacity(n);
+    while let Some(done) = workers.join_next().await {
+        all.extend(done.map_err(|e| format!("acquire worker: {e}"))??);
+    }
+    Ok(all)
+}

@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource, Grant, ResourceName};
+use fencing::{AcquireOptions, Grant};
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::etcd_cluster::{ClusterOptions, EtcdCluster, EtcdVersion};
+use fencing_integration::scenarios;
 
 const LOCKS: usize = 5_000;
 const IN_FLIGHT: usize = 64;
@@ -28,29 +29,9 @@ async fn acquire_all(source: Arc<EtcdSource>) -> Vec<Grant> {
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(5))
         .timeout(Duration::from_secs(30));
-    let mut tasks = tokio::task::JoinSet::new();
-    for worker in 0..IN_FLIGHT {
-        let (source, opts) = (source.clone(), opts.clone());
-        tasks.spawn(async move {
-            let mut grants = Vec::new();
-            for i in (worker..LOCKS).step_by(IN_FLIGHT) {
-                let name = ResourceName::new(format!("lock-{i}")).unwrap();
-                match source.acquire(&name, &opts).await {
-                    Ok(g) => grants.push(g),
-                    Err(e) => return Err(format!("acquire {name}: {e}")),
-                }
-            }
-            Ok(grants)
-        });
-    }
-    let mut all = Vec::with_capacity(LOCKS);
-    while let Some(done) = tasks.join_next().await {
-        all.extend(
-            done.expect("worker panicked")
-                .unwrap_or_else(|e| panic!("{e}")),
-        );
-    }
-    all
+    scenarios::acquire_many(source, LOCKS, IN_FLIGHT, &opts)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn keys_held(client: &mut etcd_client::Client) -> i64 {
@@ -60,13 +41,8 @@ async fn keys_held(client: &mut etcd_client::Client) -> i64 {
     client.get(PREFIX, Some(count)).await.unwrap().count()
 }
 
-/// Summed over every member.
 async fn metric(cluster: &EtcdCluster, name: &str) -> f64 {
-    let mut sum = 0.0;
-    for i in 0..cluster.member_count() {
-        sum += cluster.metric(i, name).await.unwrap();
-    }
-    sum
+    cluster.metric(name).await.unwrap()
 }
 
 fn lost_count(grants: &[Grant]) -> usize {

@@ -16,9 +16,10 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencing::{AcquireOptions, FencingSource, ResourceName};
+use fencing::AcquireOptions;
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::etcd_cluster::{cache_dir, EtcdCluster, EtcdVersion};
+use fencing_integration::scenarios;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -149,19 +150,12 @@ async fn connect(cluster: &EtcdCluster, prefix: &str) -> Result<Arc<EtcdSource>,
     Ok(Arc::new(EtcdSource::connect(cfg).await?))
 }
 
-/// Sums a metric over every member.
-async fn metric(cluster: &EtcdCluster, name: &str) -> Result<f64, BoxError> {
-    let mut sum = 0.0;
-    for i in 0..cluster.member_count() {
-        sum += cluster.metric(i, name).await?;
-    }
-    Ok(sum)
-}
-
 async fn watch_counts(cluster: &EtcdCluster) -> Result<(f64, f64), BoxError> {
     Ok((
-        metric(cluster, "etcd_debugging_mvcc_watch_stream_total").await?,
-        metric(cluster, "etcd_debugging_mvcc_watcher_total").await?,
+        cluster
+            .metric("etcd_debugging_mvcc_watch_stream_total")
+            .await?,
+        cluster.metric("etcd_debugging_mvcc_watcher_total").await?,
     ))
 }
 
@@ -174,22 +168,7 @@ async fn rust_side(
     let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
     let before = rss_kb();
     let started = Instant::now();
-    let mut workers = tokio::task::JoinSet::new();
-    for w in 0..in_flight.min(n) {
-        let (source, opts) = (source.clone(), opts.clone());
-        workers.spawn(async move {
-            let mut grants = Vec::new();
-            for i in (w..n).step_by(in_flight) {
-                let name = ResourceName::new(format!("lock-{i}"))?;
-                grants.push(source.acquire(&name, &opts).await?);
-            }
-            Ok::<_, BoxError>(grants)
-        });
-    }
-    let mut grants = Vec::with_capacity(n);
-    while let Some(done) = workers.join_next().await {
-        grants.extend(done??);
-    }
+    let grants = scenarios::acquire_many(source.clone(), n, in_flight, &opts).await?;
     let seconds = started.elapsed().as_secs_f64();
     let held = rss_kb();
     let (streams, watchers) = watch_counts(cluster).await?;
