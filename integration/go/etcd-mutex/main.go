@@ -90,6 +90,21 @@ func newSession(cli *clientv3.Client, ttl int) (*concurrency.Session, error) {
 	return concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(ttl))
 }
 
+// connectSession connects and starts one session; on error nothing is left
+// open.
+func connectSession(endpoints string, ttl int) (*clientv3.Client, *concurrency.Session, error) {
+	cli, err := connect(endpoints)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := newSession(cli, ttl)
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return cli, s, nil
+}
+
 func lock(m *concurrency.Mutex) error {
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
@@ -129,15 +144,11 @@ func contend(args []string) error {
 	if *prefix == "" || *counter == "" || *rounds <= 0 {
 		return errors.New("contend needs --prefix, --counter and --rounds > 0")
 	}
-	cli, err := connect(*endpoints)
+	cli, s, err := connectSession(*endpoints, *ttl)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	s, err := newSession(cli, *ttl)
-	if err != nil {
-		return err
-	}
 	defer s.Close()
 
 	for i := 0; i < *rounds; i++ {
@@ -198,15 +209,11 @@ func bench(args []string) error {
 	if *prefix == "" || *iterations <= 0 {
 		return errors.New("bench needs --prefix and --iterations > 0")
 	}
-	cli, err := connect(*endpoints)
+	cli, sa, err := connectSession(*endpoints, *ttl)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	sa, err := newSession(cli, *ttl)
-	if err != nil {
-		return err
-	}
 	defer sa.Close()
 	sb, err := newSession(cli, *ttl)
 	if err != nil {
@@ -320,15 +327,11 @@ func held(args []string) error {
 	if *prefix == "" || *count <= 0 || *inFlight <= 0 {
 		return errors.New("held needs --prefix, --count > 0 and --in-flight > 0")
 	}
-	cli, err := connect(*endpoints)
+	cli, s, err := connectSession(*endpoints, *ttl)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	s, err := newSession(cli, *ttl)
-	if err != nil {
-		return err
-	}
 	defer s.Close()
 	before := rssKB()
 	mutexes := make([]*concurrency.Mutex, *count)
