@@ -178,11 +178,11 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
                 &faults.blackhole,
                 faults.held.subscribe()
             ),
-            pump(
+            pump_replies(
                 out_read,
                 in_write,
                 &faults.blackhole,
-                Some(&faults.replies_dropped)
+                &faults.replies_dropped
             ),
         )
     };
@@ -193,14 +193,14 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     }
 }
 
-/// Copies one direction until end of stream or an error, discarding what it
-/// reads while the blackhole is on; forwards the end of stream as a
-/// half-close.
-async fn pump(
+/// The server-to-client direction: copies until end of stream or an
+/// error, discarding what it reads while the blackhole is on or replies
+/// are dropped; forwards the end of stream as a half-close.
+async fn pump_replies(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     blackhole: &AtomicBool,
-    dropped: Option<&AtomicBool>,
+    dropped: &AtomicBool,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -208,7 +208,7 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if blackhole.load(Ordering::SeqCst) || dropped.is_some_and(|d| d.load(Ordering::SeqCst)) {
+        if blackhole.load(Ordering::SeqCst) || dropped.load(Ordering::SeqCst) {
             continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {
@@ -276,9 +276,9 @@ fn without_cancels(held: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The client-to-server direction: as [`pump`], and while requests are
-/// held, the frames begun meanwhile are kept and delivered (without
-/// cancellations) when the hold ends.
+/// The client-to-server direction: as [`pump_replies`] (but no reply
+/// dropping), and while requests are held, the frames begun meanwhile are
+/// kept and delivered (without cancellations) when the hold ends.
 async fn pump_requests(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
