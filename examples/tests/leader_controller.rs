@@ -9,10 +9,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencing_examples::FileStore;
-use fencing_integration::etcd_cluster::EtcdVersion;
-use fencing_integration::etcd_fixture::EtcdFixture;
-use fencing_integration::zk_ensemble::ZkVersion;
-use fencing_integration::zk_fixture::ZkFixture;
+use fencing_integration::etcd::cluster::EtcdVersion;
+use fencing_integration::etcd::fixture::EtcdFixture;
+use fencing_integration::zk::ensemble::ZkVersion;
+use fencing_integration::zk::fixture::ZkFixture;
 use fencing_integration::Reaped;
 use rustix::process::Signal;
 

@@ -1,142 +1,26 @@
-//! Harness shared by the integration tests: processes that are always
-//! reaped, also when a test panics, real etcd clusters on loopback
-//! ([`etcd_cluster`]) and a TCP proxy that can partition a client
-//! ([`proxy`]).
+//! Harness shared by the integration tests: real clusters on loopback, one
+//! folder per backend ([`etcd`], [`zk`], [`kubernetes`], [`postgres`]), the
+//! parts they share ([`process`] and [`member`] for processes that are always
+//! reaped, [`pki`] for certificates, [`ports`] and [`cache`] for the machine),
+//! the partition tools ([`net`]: network namespaces and a TCP proxy), and the
+//! fault [`campaign`].
 
+pub mod cache;
 pub mod campaign;
 pub mod durability;
-pub mod etcd_cluster;
-pub mod etcd_fixture;
+pub mod etcd;
 pub mod frozen;
-pub mod kube_cluster;
-pub mod kube_fixture;
-pub mod netns;
-pub mod pg_server;
+pub mod kubernetes;
+pub mod member;
+pub mod net;
+pub mod pki;
 pub mod ports;
-pub mod proxy;
+pub mod postgres;
+pub mod process;
 pub mod scenarios;
-pub mod zk_ensemble;
-pub mod zk_fixture;
+pub mod zk;
 
-use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread;
-
-use rustix::process::{kill_process, Pid, Signal};
-
-/// A child process that is killed and reaped when dropped.
-pub struct Reaped {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    /// Set once the child is known to have exited and been reaped: its pid
-    /// may belong to another process then, so no signal is sent to it.
-    exited: Option<ExitStatus>,
-}
-
-impl Reaped {
-    /// Starts `cmd` with its stdout captured line by line.
-    pub fn spawn(cmd: &mut Command) -> std::io::Result<Self> {
-        let mut child = cmd.stdout(Stdio::piped()).stdin(Stdio::null()).spawn()?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Reaped {
-            child,
-            lines,
-            exited: None,
-        })
-    }
-
-    /// Starts `cmd` with its stdout and stderr appended to the file `log`
-    /// (created if missing), for long-running servers whose output is only
-    /// read when something fails. Nothing is captured line by line, so
-    /// [`Reaped::kill_and_collect`] returns no lines for such a child.
-    pub fn spawn_logged(cmd: &mut Command, log: &Path) -> std::io::Result<Self> {
-        let out = OpenOptions::new().create(true).append(true).open(log)?;
-        let err = out.try_clone()?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()?;
-        let (_, lines) = mpsc::channel();
-        Ok(Reaped {
-            child,
-            lines,
-            exited: None,
-        })
-    }
-
-    /// The child's process id.
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The child's exit status if it has exited already (the child is then
-    /// reaped), `None` while it runs.
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        if self.exited.is_none() {
-            self.exited = self.child.try_wait().ok().flatten();
-        }
-        self.exited
-    }
-
-    /// Sends a signal to the child.
-    pub fn signal(&self, signal: Signal) {
-        if self.exited.is_some() {
-            return;
-        }
-        if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
-            let _ = kill_process(pid, signal);
-        }
-    }
-
-    /// SIGSTOP, then waits (at most 2 s) until every thread of the child
-    /// has stopped. The signal's group stop is asynchronous: a busy JVM's
-    /// threads can still answer a request for a moment after `kill`
-    /// returns, which would make "a paused server answers nothing" flaky.
-    pub fn stop(&self) {
-        self.signal(Signal::STOP);
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while std::time::Instant::now() < deadline && !all_stopped(&tasks) {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-
-    /// The next line the child prints, waiting at most `limit`.
-    pub fn next_line(&self, limit: std::time::Duration) -> Option<String> {
-        self.lines.recv_timeout(limit).ok()
-    }
-
-    /// Kills the child with SIGKILL, waits for it, and returns every line
-    /// it printed.
-    pub fn kill_and_collect(mut self) -> Vec<String> {
-        self.reap();
-        self.lines.iter().collect()
-    }
-
-    fn reap(&mut self) {
-        self.signal(Signal::CONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        self.reap();
-    }
-}
+pub use process::Reaped;
 
 /// One module of tests: each `scenario` becomes a test calling
 /// `super::scenario(version)`. Used by the `on_both_*_versions` macros.
@@ -156,8 +40,8 @@ macro_rules! version_tests {
 #[macro_export]
 macro_rules! on_both_etcd_versions {
     ($($scenario:ident),* $(,)?) => {
-        $crate::version_tests!($crate::etcd_cluster::EtcdVersion::V3_4, v3_4, [$($scenario),*]);
-        $crate::version_tests!($crate::etcd_cluster::EtcdVersion::V3_6, v3_6, [$($scenario),*]);
+        $crate::version_tests!($crate::etcd::cluster::EtcdVersion::V3_4, v3_4, [$($scenario),*]);
+        $crate::version_tests!($crate::etcd::cluster::EtcdVersion::V3_6, v3_6, [$($scenario),*]);
     };
 }
 
@@ -166,23 +50,7 @@ macro_rules! on_both_etcd_versions {
 #[macro_export]
 macro_rules! on_both_zk_versions {
     ($($scenario:ident),* $(,)?) => {
-        $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_8, v3_8, [$($scenario),*]);
-        $crate::version_tests!($crate::zk_ensemble::ZkVersion::V3_9, v3_9, [$($scenario),*]);
+        $crate::version_tests!($crate::zk::ensemble::ZkVersion::V3_8, v3_8, [$($scenario),*]);
+        $crate::version_tests!($crate::zk::ensemble::ZkVersion::V3_9, v3_9, [$($scenario),*]);
     };
-}
-
-/// True when every thread under `/proc/PID/task` is stopped (`T` or `t`),
-/// or the process is gone.
-fn all_stopped(tasks: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(tasks) else {
-        return true;
-    };
-    entries.flatten().all(|task| {
-        std::fs::read_to_string(task.path().join("stat")).map_or(true, |stat| {
-            let state = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().next());
-            matches!(state, Some("T" | "t") | None)
-        })
-    })
 }

@@ -249,7 +249,7 @@ where
 /// back, long before the holder's lease could have run out.
 pub async fn failed_release_is_retried<S>(
     holder: S,
-    partition: &crate::etcd_fixture::Partition,
+    partition: &crate::etcd::fixture::Partition,
     waiter: S,
     ttl: Duration,
     blip: Duration,
@@ -303,7 +303,7 @@ pub async fn failed_release_is_retried<S>(
 pub async fn waiter_requeues_after_losing_its_session<S>(
     holder: S,
     waiter: S,
-    partition: &crate::etcd_fixture::Partition,
+    partition: &crate::etcd::fixture::Partition,
     ttl: Duration,
 ) where
     S: FencingSource + Clone + 'static,

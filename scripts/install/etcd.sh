@@ -5,14 +5,17 @@
 #     types): the etcd-client crate runs it at build time;
 #   - etcd 3.4 (Debian etcd-server, /usr/bin/etcd) and etcdctl (etcd-client),
 #     without letting the package start a system service;
-#   - etcd 3.6.16, built from the Go module go.etcd.io/etcd/server/v3 into
-#     ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/etcd-v3.6.16 (the build
+#   - etcd $ETCD_VERSION of versions.env, built from the Go module
+#     go.etcd.io/etcd/server/v3 into
+#     ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/etcd-v$ETCD_VERSION (the build
 #     directory lives in the cache, never in the checkout).
 set -euo pipefail
 
 FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
 BIN_DIR="$FENCING_CACHE/bin"
-ETCD36_VERSION="v3.6.16"
+# shellcheck source=../../versions.env
+. "$(dirname "$0")/../../versions.env"
+ETCD36_VERSION="v$ETCD_VERSION"
 ETCD36_BIN="$BIN_DIR/etcd-$ETCD36_VERSION"
 
 die() {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Provides the real kube-apiserver that the Kubernetes tests run
-# (integration/src/kube_cluster.rs): kube-apiserver v1.36.3, built from the
+# (integration/src/kubernetes/cluster.rs): kube-apiserver $KUBERNETES_VERSION of
+# versions.env, built from the
 # Go module k8s.io/kubernetes by scripts/kube/build-apiserver.sh into
-#   ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/kube-apiserver-v1.36.3
+#   ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/kube-apiserver-v$KUBERNETES_VERSION
 # or reused when it is already there (one line says which).
 #
 # A build takes about 9 minutes on 2 cores and 1.8 GiB of memory at its
@@ -11,14 +12,16 @@
 # sorts, and so runs, before this script).
 set -euo pipefail
 
-VERSION=v1.36.3
+# shellcheck source=../../versions.env
+. "$(dirname "$0")/../../versions.env"
+VERSION="v$KUBERNETES_VERSION"
 here="$(cd "$(dirname "$0")" && pwd)"
 FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
 export FENCING_CACHE
 
 bash "$here/../kube/build-apiserver.sh" "$VERSION"
 
-etcd36="$FENCING_CACHE/bin/etcd-v3.6.16"
+etcd36="$FENCING_CACHE/bin/etcd-v$ETCD_VERSION"
 if [ ! -x "$etcd36" ]; then
     echo "kube-apiserver.sh: $etcd36 is missing; the apiserver tests need it: run scripts/install/etcd.sh" >&2
     exit 1

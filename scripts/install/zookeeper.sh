@@ -2,24 +2,26 @@
 # Installs what the ZooKeeper real-ensemble tests need, skipping whatever is
 # already there (idempotent):
 #   - a Java runtime (Debian default-jre-headless) when `java` is missing;
-#   - ZooKeeper 3.8.0 from the Debian package libzookeeper-java (jars in
+#   - ZooKeeper $ZOOKEEPER_DEBIAN_VERSION from the Debian package libzookeeper-java (jars in
 #     /usr/share/java) plus the jars a server loads (slf4j with the simple
 #     binding, metrics-core, snappy-java, commons-cli/io, netty);
-#   - ZooKeeper 3.9.5 from Maven Central: a generated pom.xml in
-#     ${FENCING_CACHE:-$HOME/.cache/fencing}/zookeeper-3.9.5 and
+#   - ZooKeeper $ZOOKEEPER_VERSION from Maven Central: a generated pom.xml in
+#     ${FENCING_CACHE:-$HOME/.cache/fencing}/zookeeper-$ZOOKEEPER_VERSION and
 #     `mvn dependency:copy-dependencies` into its lib/ directory, marked
 #     complete by a stamp file written last (nothing lands in the checkout).
-# integration/src/zk_ensemble.rs builds the servers' classpaths from these
+# (both versions from versions.env). integration/src/zk/ensemble.rs builds the servers' classpaths from these
 # same jar lists; keep the two in step.
 set -euo pipefail
 
 FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
-ZK39_VERSION="3.9.5"
+# shellcheck source=../../versions.env
+. "$(dirname "$0")/../../versions.env"
+ZK39_VERSION="$ZOOKEEPER_VERSION"
 ZK39_DIR="$FENCING_CACHE/zookeeper-$ZK39_VERSION"
 ZK39_LIB="$ZK39_DIR/lib"
 ZK39_STAMP="$ZK39_LIB/.complete"
 JAVA_DIR=/usr/share/java
-# The jars a ZooKeeper 3.8.0 server loads from the Debian packages (the
+# The jars a ZooKeeper 3.8 server loads from the Debian packages (the
 # Debian zookeeper.jar also names most of them in its manifest Class-Path).
 ZK38_JARS="zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-simple.jar
 metrics-core.jar snappy-java.jar commons-cli.jar commons-io.jar
@@ -50,7 +52,7 @@ else
     echo "java: installed $(command -v java) ($(java -version 2>&1 | head -1))"
 fi
 
-# --- ZooKeeper 3.8.0 (Debian) -----------------------------------------------
+# --- ZooKeeper 3.8 (Debian) -------------------------------------------------
 zk38_complete() {
     local jar
     for jar in $ZK38_JARS; do
@@ -73,8 +75,8 @@ else
     action=installed
 fi
 v="$(zk_version "$(zk38_cp)")"
-[ "$v" = 3.8.0 ] || die "$JAVA_DIR/zookeeper.jar is ZooKeeper '${v:-?}', expected 3.8.0"
-echo "ZooKeeper 3.8.0: $action $JAVA_DIR/zookeeper.jar and $(($(wc -w <<<"$ZK38_JARS") - 1)) dependency jars"
+[ "$v" = "$ZOOKEEPER_DEBIAN_VERSION" ] || die "$JAVA_DIR/zookeeper.jar is ZooKeeper '${v:-?}', expected $ZOOKEEPER_DEBIAN_VERSION (versions.env)"
+echo "ZooKeeper $ZOOKEEPER_DEBIAN_VERSION: $action $JAVA_DIR/zookeeper.jar and $(($(wc -w <<<"$ZK38_JARS") - 1)) dependency jars"
 
 # --- ZooKeeper 3.9.5 (Maven Central) ----------------------------------------
 if [ -f "$ZK39_STAMP" ] && while read -r jar; do

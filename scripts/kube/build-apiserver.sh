@@ -3,8 +3,9 @@
 #   ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/kube-apiserver-<version>
 # and reuses it when it is already there (idempotent).
 #
-# Usage: scripts/kube/build-apiserver.sh [VERSION]     (default v1.36.3, the one
-# scripts/install/kube-apiserver.sh installs; v1.37.2 also builds and runs)
+# Usage: scripts/kube/build-apiserver.sh [VERSION]     (default: v and the
+# KUBERNETES_VERSION of versions.env, the one scripts/install/kube-apiserver.sh
+# installs; v1.37.2 also builds and runs)
 #
 # k8s.io/kubernetes is not meant to be imported: its go.mod requires every
 # staging module (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and replaces
@@ -20,7 +21,9 @@
 # CI runs it through scripts/install/kube-apiserver.sh.
 set -euo pipefail
 
-VERSION="${1:-v1.36.3}"
+# shellcheck source=../../versions.env
+. "$(dirname "$0")/../../versions.env"
+VERSION="${1:-v$KUBERNETES_VERSION}"
 FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
 BIN_DIR="$FENCING_CACHE/bin"
 BIN="$BIN_DIR/kube-apiserver-$VERSION"

@@ -5,12 +5,12 @@
 
 mod common;
 
-use fencing_integration::etcd_cluster::EtcdVersion;
-use fencing_integration::etcd_fixture::EtcdFixture;
-use fencing_integration::kube_cluster::KubeUser;
-use fencing_integration::kube_fixture::KubeFixture;
-use fencing_integration::zk_ensemble::ZkVersion;
-use fencing_integration::zk_fixture::ZkFixture;
+use fencing_integration::etcd::cluster::EtcdVersion;
+use fencing_integration::etcd::fixture::EtcdFixture;
+use fencing_integration::kubernetes::cluster::KubeUser;
+use fencing_integration::kubernetes::fixture::KubeFixture;
+use fencing_integration::zk::ensemble::ZkVersion;
+use fencing_integration::zk::fixture::ZkFixture;
 
 fn etcd_url(f: &EtcdFixture) -> String {
     format!("etcd://{}{}", f.cluster.endpoints().join(","), f.prefix)

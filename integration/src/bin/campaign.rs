@@ -21,8 +21,8 @@ use fencing_election::ElectionConfig;
 use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
 use fencing_integration::campaign::members::Kind;
 use fencing_integration::campaign::run::{self, Config, LOCKS};
-use fencing_integration::etcd_cluster::EtcdVersion;
-use fencing_integration::zk_ensemble::ZkVersion;
+use fencing_integration::etcd::cluster::EtcdVersion;
+use fencing_integration::zk::ensemble::ZkVersion;
 
 /// Where the cluster gates keep their marks.
 const GATE_PATH: &str = "/campaign-gates";

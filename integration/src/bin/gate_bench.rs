@@ -20,7 +20,7 @@ use fencing::{
     AcquireOptions, FencingSource, FencingToken, Gate, LocalSource, MemoryGate, ResourceName,
     SourceId, ValidatingGate,
 };
-use fencing_integration::pg_server::PgServer;
+use fencing_integration::postgres::server::PgServer;
 use fencing_postgres::FencedUpdate;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use fencing::AcquireOptions;
 use fencing_etcd::{EtcdConfig, EtcdSource};
-use fencing_integration::etcd_cluster::{cache_dir, EtcdCluster, EtcdVersion};
+use fencing_integration::cache::cached_bin;
+use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::scenarios;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -88,7 +89,7 @@ fn parse_args() -> Result<Args, BoxError> {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let go = cache_dir().join("bin").join("etcd-mutex");
+    let go = cached_bin("etcd-mutex");
     if !go.exists() {
         return Err(format!(
             "{} missing: run scripts/install/go-interop.sh",

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rustix::process::Signal;
 
-use crate::netns::Host;
-use crate::zk_ensemble::ZkVersion;
+use crate::net::netns::Host;
+use crate::zk::ensemble::ZkVersion;
 use crate::Reaped;
 
 /// Members do not fsync (`forceSync=no`, etcd 3.6's `--unsafe-no-fsync`):
@@ -90,7 +90,7 @@ impl Member {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Zk(ZkVersion),
-    Etcd(crate::etcd_cluster::EtcdVersion),
+    Etcd(crate::etcd::cluster::EtcdVersion),
 }
 
 /// The members of one cluster.
@@ -273,7 +273,7 @@ fn zk_member(
 }
 
 fn etcd_member(
-    version: crate::etcd_cluster::EtcdVersion,
+    version: crate::etcd::cluster::EtcdVersion,
     hosts: &[Host],
     i: usize,
     dir: &Path,
@@ -301,7 +301,7 @@ fn etcd_member(
             .arg("--initial-cluster-token=campaign")
             .args(["--heartbeat-interval=100", "--election-timeout=1000"]);
         // As for ZooKeeper's forceSync=no (see TICK_MS); 3.4 has no such flag.
-        if version == crate::etcd_cluster::EtcdVersion::V3_6 {
+        if version == crate::etcd::cluster::EtcdVersion::V3_6 {
             cmd.arg("--unsafe-no-fsync");
         }
         cmd

@@ -21,7 +21,7 @@ use super::members::{Cluster, Kind};
 use super::nemesis::Nemesis;
 use super::rng::Rng;
 use super::timeline;
-use crate::netns::{Host, Network};
+use crate::net::netns::{Host, Network};
 
 /// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
 /// each lock changes hands often and the grants per minute double.

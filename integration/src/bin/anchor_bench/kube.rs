@@ -19,8 +19,8 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
-use fencing_integration::kube_cluster::{client_go_elector_binary, KubeUser};
-use fencing_integration::kube_fixture::{client_go_timing_flags, KubeFixture};
+use fencing_integration::kubernetes::cluster::{client_go_elector_binary, KubeUser};
+use fencing_integration::kubernetes::fixture::{client_go_timing_flags, KubeFixture};
 use fencing_integration::Reaped;
 use fencing_kube::KubeLeaseSource;
 use rustix::process::Signal;
@@ -52,8 +52,8 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let n = args.iterations.min(40);
     let f = KubeFixture::start().await;
     println!(
-        "anchor-bench: kube-apiserver {} on etcd 3.6, N={n} (client-go {}), {FAILOVERS} failovers, lease 3 s / renew 2 s / retry 0.5 s",
-        fencing_integration::kube_cluster::KUBE_APISERVER_RELEASE,
+        "anchor-bench: kube-apiserver v{} on etcd 3.6, N={n} (client-go {}), {FAILOVERS} failovers, lease 3 s / renew 2 s / retry 0.5 s",
+        fencing_integration::cache::kubernetes_release(),
         n.min(GO_ROUNDS)
     );
     let (rust_acq, rust_rel, rust_get) = rust_latency(&f, n).await?;

@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_etcd::etcd_client::{Client, GetOptions};
 use fencing_etcd::{EtcdConfig, EtcdSource};
-use fencing_integration::etcd_cluster::{cache_dir, EtcdCluster, EtcdVersion};
-use fencing_integration::zk_ensemble::{ZkEnsemble, ZkVersion};
+use fencing_integration::cache::cache_dir;
+use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
+use fencing_integration::zk::ensemble::{ZkEnsemble, ZkVersion};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

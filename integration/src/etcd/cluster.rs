@@ -1,0 +1,775 @@
+//! A real N-member etcd cluster on loopback, for tests that need the real
+//! thing: leader elections, killed and restarted members, paused members,
+//! TLS with client certificates.
+//!
+//! The binaries come from `scripts/install/etcd.sh` (run by
+//! `scripts/test.sh`): etcd 3.4 from the Debian package at `/usr/bin/etcd`
+//! and etcd 3.6 built into `${FENCING_CACHE:-$HOME/.cache/fencing}/bin`. A
+//! missing binary is an error that says so, never a silently skipped test.
+//!
+//! Every member listens on free loopback ports, keeps its data directory and
+//! log file in one temporary directory, and is killed and reaped when the
+//! [`EtcdCluster`] is dropped, also when a test panics. Every network call
+//! the harness makes has a timeout, and every wait is bounded.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use rustix::process::Signal;
+use tempfile::TempDir;
+
+use crate::cache::{cache_dir, etcd_release};
+use crate::member::MemberProcess;
+use crate::pki::TlsFiles;
+
+/// How long one harness request (status, get, put) may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting to one member may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between two rounds of a polling wait.
+const POLL: Duration = Duration::from_millis(100);
+/// How long [`EtcdCluster::leader`] waits for an elected leader.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many times a start is tried again with fresh ports when a member
+/// finds its port taken (the ports are free when picked, but another
+/// process may bind them before etcd does).
+const START_ATTEMPTS: usize = 3;
+
+/// Which etcd release a cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EtcdVersion {
+    /// etcd 3.4 from the Debian package `etcd-server` (`/usr/bin/etcd`).
+    V3_4,
+    /// etcd 3.6 (`ETCD_VERSION` in versions.env), built from source into the
+    /// cache directory.
+    V3_6,
+}
+
+impl EtcdVersion {
+    /// Both supported releases, oldest first.
+    pub const ALL: [EtcdVersion; 2] = [EtcdVersion::V3_4, EtcdVersion::V3_6];
+
+    /// Where this release's binary lives when the cache is `cache`.
+    pub fn binary_path_in(self, cache: &Path) -> PathBuf {
+        match self {
+            EtcdVersion::V3_4 => PathBuf::from("/usr/bin/etcd"),
+            EtcdVersion::V3_6 => cache.join("bin").join(format!("etcd-v{}", etcd_release())),
+        }
+    }
+
+    /// The binary under the cache directory `cache`, or
+    /// [`HarnessError::MissingBinary`] (which says to run `scripts/test.sh`)
+    /// when it is not installed.
+    pub fn binary_in(self, cache: &Path) -> Result<PathBuf, HarnessError> {
+        let path = self.binary_path_in(cache);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(HarnessError::MissingBinary {
+                version: self,
+                path,
+            })
+        }
+    }
+
+    /// The installed binary of this release (see [`cache_dir`]).
+    pub fn binary(self) -> Result<PathBuf, HarnessError> {
+        self.binary_in(&cache_dir())
+    }
+}
+
+impl fmt::Display for EtcdVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdVersion::V3_4 => f.write_str("etcd 3.4"),
+            EtcdVersion::V3_6 => write!(f, "etcd {}", etcd_release()),
+        }
+    }
+}
+
+/// Why the harness could not start, check or drive a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// The etcd binary of `version` is not installed.
+    #[error("{version} binary {path} is missing: run scripts/test.sh (or bash scripts/install/etcd.sh) to install it")]
+    MissingBinary {
+        /// The release whose binary is missing.
+        version: EtcdVersion,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A file or process operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the harness was doing.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A member process exited while it should be serving.
+    #[error("member {member} exited ({status}); last lines of its log:\n{log}")]
+    MemberExited {
+        /// Index of the member.
+        member: usize,
+        /// Its exit status.
+        status: String,
+        /// The tail of its log file.
+        log: String,
+    },
+    /// A bounded wait ran out.
+    #[error("{0}")]
+    Timeout(String),
+    /// A request to etcd failed.
+    #[error("etcd request failed: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// Making certificates failed.
+    #[error("{0}")]
+    Pki(#[from] crate::pki::PkiError),
+    /// The caller asked for something the cluster cannot do (e.g. a member
+    /// index out of range).
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl HarnessError {
+    fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        HarnessError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    fn is_port_clash(&self) -> bool {
+        matches!(self, HarnessError::MemberExited { log, .. } if log.contains("address already in use"))
+    }
+}
+
+/// The files as etcd-client TLS options.
+impl TlsFiles {
+    /// Client TLS options that trust the CA and present the client
+    /// certificate.
+    pub fn client_options(&self) -> std::io::Result<TlsOptions> {
+        let cert = fs::read(&self.client_cert)?;
+        let key = fs::read(&self.client_key)?;
+        Ok(self
+            .client_options_without_identity()?
+            .identity(Identity::from_pem(cert, key)))
+    }
+
+    /// Client TLS options that trust the CA but present no certificate (a
+    /// client-cert-auth cluster refuses them).
+    pub fn client_options_without_identity(&self) -> std::io::Result<TlsOptions> {
+        let ca = fs::read(&self.ca_cert)?;
+        Ok(TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .domain_name("localhost"))
+    }
+}
+
+/// How to start a cluster; [`ClusterOptions::new`] gives the defaults.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Which etcd release runs.
+    pub version: EtcdVersion,
+    /// How many members (at least 1).
+    pub members: usize,
+    /// Serve clients over TLS with these files (peers stay plain HTTP).
+    pub tls: Option<TlsFiles>,
+    /// With `tls`: require clients to present a certificate signed by the CA.
+    pub client_cert_auth: bool,
+    /// Raft heartbeat interval (etcd's `--heartbeat-interval`).
+    pub heartbeat: Duration,
+    /// Raft election timeout (etcd's `--election-timeout`).
+    pub election_timeout: Duration,
+    /// How long a start or restart may take until the cluster is healthy.
+    pub startup_timeout: Duration,
+    /// More command-line flags for every member (say
+    /// `--max-concurrent-streams=100`).
+    pub extra_args: Vec<String>,
+}
+
+impl ClusterOptions {
+    /// `members` members of `version`, plain HTTP, a 50 ms heartbeat and a
+    /// 500 ms election timeout (quick failover), 30 s to become healthy.
+    pub fn new(version: EtcdVersion, members: usize) -> Self {
+        ClusterOptions {
+            version,
+            members,
+            tls: None,
+            client_cert_auth: false,
+            heartbeat: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(500),
+            startup_timeout: Duration::from_secs(30),
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// Adds a command-line flag for every member.
+    pub fn with_arg(mut self, arg: impl Into<String>) -> Self {
+        self.extra_args.push(arg.into());
+        self
+    }
+
+    /// Serves clients over TLS with `files`, requiring client certificates
+    /// when `client_cert_auth`.
+    pub fn with_tls(mut self, files: TlsFiles, client_cert_auth: bool) -> Self {
+        self.tls = Some(files);
+        self.client_cert_auth = client_cert_auth;
+        self
+    }
+
+    /// Sets the raft heartbeat interval and election timeout.
+    pub fn with_timing(mut self, heartbeat: Duration, election_timeout: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self.election_timeout = election_timeout;
+        self
+    }
+}
+
+/// One member: its fixed addresses and files, and its process while it runs.
+struct Member {
+    client_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    process: MemberProcess,
+}
+
+/// A running etcd cluster on loopback. Dropping it kills and reaps every
+/// member (stopped ones are continued first) and deletes its files.
+///
+/// Members also get SIGKILL when the thread that started them exits (so a
+/// test process killed outright leaves none behind): start and restart
+/// members from a thread that lives as long as the cluster, e.g. the test's
+/// own thread or a tokio runtime worker, not a short-lived helper thread.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    opts: ClusterOptions,
+    binary: PathBuf,
+    token: String,
+    initial_cluster: String,
+    /// Raft member ids, learned from each member's status answers.
+    member_ids: Mutex<Vec<Option<u64>>>,
+    /// Declared last: removed after the members are dead.
+    dir: TempDir,
+}
+
+impl fmt::Debug for EtcdCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdCluster")
+            .field("version", &self.opts.version)
+            .field("endpoints", &self.endpoints())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+impl EtcdCluster {
+    /// Starts `members` members of `version` with default options and waits
+    /// until every member answers and a leader exists.
+    pub async fn start(version: EtcdVersion, members: usize) -> Result<Self, HarnessError> {
+        Self::start_with(ClusterOptions::new(version, members)).await
+    }
+
+    /// Starts a cluster as `opts` says and waits (at most
+    /// `opts.startup_timeout`) until every member answers a linearizable
+    /// read and agrees on a leader. Tries fresh ports again when a member
+    /// finds its port taken.
+    pub async fn start_with(opts: ClusterOptions) -> Result<Self, HarnessError> {
+        if opts.members == 0 {
+            return Err(HarnessError::Usage(
+                "a cluster needs at least one member".into(),
+            ));
+        }
+        let binary = opts.version.binary()?;
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(&opts, &binary).await {
+                Err(e) if e.is_port_clash() && attempt < START_ATTEMPTS => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_start(opts: &ClusterOptions, binary: &Path) -> Result<Self, HarnessError> {
+        let dir = tempfile::Builder::new()
+            .prefix("fencing-etcd-")
+            .tempdir()
+            .map_err(|e| HarnessError::io("creating the cluster directory", e))?;
+        let ports = free_ports(2 * opts.members)?;
+        let members: Vec<Member> = (0..opts.members)
+            .map(|i| {
+                let name = format!("m{i}");
+                Member {
+                    data_dir: dir.path().join(format!("{name}.etcd")),
+                    process: MemberProcess::new(&name, dir.path().join(format!("{name}.log"))),
+                    client_port: ports[2 * i],
+                    peer_port: ports[2 * i + 1],
+                }
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.process.name(), m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            member_ids: Mutex::new(vec![None; members.len()]),
+            members,
+            opts: opts.clone(),
+            binary: binary.to_path_buf(),
+            token: unique_token(),
+            initial_cluster,
+            dir,
+        };
+        for i in 0..cluster.members.len() {
+            cluster.spawn(i)?;
+        }
+        cluster.wait_healthy().await?;
+        Ok(cluster)
+    }
+
+    /// The command line of member `i`.
+    fn command(&self, i: usize) -> Command {
+        let m = &self.members[i];
+        let client_url = format!("{}://127.0.0.1:{}", self.scheme(), m.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
+        let mut cmd = Command::new(&self.binary);
+        // The environment must not configure these members behind our back.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("ETCD") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.arg("--name")
+            .arg(m.process.name())
+            .arg("--data-dir")
+            .arg(&m.data_dir)
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-token")
+            .arg(&self.token)
+            .arg("--initial-cluster-state")
+            .arg("new")
+            .arg("--heartbeat-interval")
+            .arg(self.opts.heartbeat.as_millis().to_string())
+            .arg("--election-timeout")
+            .arg(self.opts.election_timeout.as_millis().to_string());
+        if self.opts.version == EtcdVersion::V3_4 {
+            // 3.4 defaults to the deprecated capnslog logger.
+            cmd.args(["--logger", "zap", "--log-outputs", "stderr"]);
+        }
+        if let Some(tls) = &self.opts.tls {
+            cmd.arg("--cert-file")
+                .arg(&tls.server_cert)
+                .arg("--key-file")
+                .arg(&tls.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_cert);
+            if self.opts.client_cert_auth {
+                cmd.arg("--client-cert-auth");
+            }
+        }
+        cmd.args(&self.opts.extra_args);
+        // A member must not outlive a test process that is killed outright
+        // (Drop never runs then). The signal follows the spawning thread,
+        // which in a tokio test is the test's thread or a runtime worker:
+        // both live as long as the cluster.
+        // SAFETY: the closure only makes one async-signal-safe prctl call.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
+        cmd
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
+        let m = &self.members[i];
+        m.process.start(&mut self.command(i)).map_err(|e| {
+            let what = format!("starting {} ({})", m.process.name(), self.binary.display());
+            HarnessError::io(what, e)
+        })
+    }
+
+    fn check_index(&self, i: usize) -> Result<(), HarnessError> {
+        if i < self.members.len() {
+            Ok(())
+        } else {
+            Err(HarnessError::Usage(format!(
+                "member {i} out of range: the cluster has {}",
+                self.members.len()
+            )))
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.opts.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// The release the cluster runs.
+    pub fn version(&self) -> EtcdVersion {
+        self.opts.version
+    }
+
+    /// Client addresses `127.0.0.1:PORT` of all members, in member order,
+    /// without a scheme (etcd-client picks `https` when given TLS options).
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.members.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Client address `127.0.0.1:PORT` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// The sum of a Prometheus gauge or counter (all its label sets) over
+    /// every member's `/metrics` page (plain-HTTP clusters only).
+    pub async fn metric(&self, name: &str) -> Result<f64, HarnessError> {
+        let mut sum = 0.0;
+        for i in 0..self.members.len() {
+            sum += self.member_metric(i, name).await?;
+        }
+        Ok(sum)
+    }
+
+    async fn member_metric(&self, i: usize, name: &str) -> Result<f64, HarnessError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let page = async {
+            let mut conn = tokio::net::TcpStream::connect(self.endpoint(i)).await?;
+            conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await?;
+            let mut text = String::new();
+            conn.read_to_string(&mut text).await?;
+            Ok::<_, std::io::Error>(text)
+        };
+        let text = tokio::time::timeout(REQUEST_TIMEOUT, page)
+            .await
+            .map_err(|_| HarnessError::Timeout(format!("member {i} /metrics")))?
+            .map_err(|e| HarnessError::io("reading /metrics", e))?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// Client URLs with their scheme (`http://` or `https://`).
+    pub fn client_urls(&self) -> Vec<String> {
+        self.endpoints()
+            .into_iter()
+            .map(|e| format!("{}://{e}", self.scheme()))
+            .collect()
+    }
+
+    /// How many members the cluster has (running or not).
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The TLS files the cluster serves with, if any.
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.opts.tls.as_ref()
+    }
+
+    /// The cluster's temporary directory (data directories and logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Connect options for this cluster: the harness's request and connect
+    /// timeouts, and with TLS the CA and the client certificate.
+    pub fn connect_options(&self) -> Result<ConnectOptions, HarnessError> {
+        let mut options = ConnectOptions::new()
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_connect_timeout(CONNECT_TIMEOUT);
+        if let Some(tls) = &self.opts.tls {
+            let tls = tls
+                .client_options()
+                .map_err(|e| HarnessError::io("reading the client certificate", e))?;
+            options = options.with_tls(tls);
+        }
+        Ok(options)
+    }
+
+    /// A client for all members (see [`EtcdCluster::connect_options`]).
+    pub async fn client(&self) -> Result<Client, HarnessError> {
+        self.client_for(&self.endpoints()).await
+    }
+
+    /// A client that talks to member `i` only.
+    pub async fn member_client(&self, i: usize) -> Result<Client, HarnessError> {
+        self.check_index(i)?;
+        self.client_for(&[self.endpoint(i)]).await
+    }
+
+    async fn client_for(&self, endpoints: &[String]) -> Result<Client, HarnessError> {
+        let options = self.connect_options()?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(endpoints, Some(options))).await
+        {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(HarnessError::Timeout(format!(
+                "connecting to {endpoints:?} timed out"
+            ))),
+        }
+    }
+
+    fn process(&self, i: usize) -> Option<&MemberProcess> {
+        self.members.get(i).map(|m| &m.process)
+    }
+
+    /// Whether member `i` has a process (running or paused).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.process(i).is_some_and(MemberProcess::is_running)
+    }
+
+    /// The process id of member `i` while it has a process.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.process(i).and_then(MemberProcess::pid)
+    }
+
+    /// Whether member `i` is stopped by [`EtcdCluster::pause`].
+    pub fn is_paused(&self, i: usize) -> bool {
+        self.process(i).is_some_and(MemberProcess::is_paused)
+    }
+
+    /// Kills member `i` with SIGKILL and reaps it; its data directory stays
+    /// for [`EtcdCluster::restart`]. Does nothing if it is not running.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.kill();
+        }
+    }
+
+    /// Starts member `i` again (killing it first if it still runs) with the
+    /// same name, ports and data directory, and waits until the whole
+    /// cluster is healthy.
+    pub async fn restart(&mut self, i: usize) -> Result<(), HarnessError> {
+        self.check_index(i)?;
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_healthy().await
+    }
+
+    /// Kills every member and starts them all again on their data, then
+    /// waits until the cluster is healthy (one by one would never regain a
+    /// quorum).
+    pub async fn restart_all(&mut self) -> Result<(), HarnessError> {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i)?;
+        }
+        self.wait_healthy().await
+    }
+
+    /// Stops member `i` with SIGSTOP (the process stays, its sockets stay
+    /// open, it answers nothing): a stalled, not a crashed, member.
+    pub fn pause(&self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.pause();
+        }
+    }
+
+    /// Continues member `i` after [`EtcdCluster::pause`] (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.resume();
+        }
+    }
+
+    /// Members that should answer: running and not paused.
+    fn live(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.process(i).is_some_and(MemberProcess::is_live))
+            .collect()
+    }
+
+    /// Fails with [`HarnessError::MemberExited`] when a member that should
+    /// run has exited.
+    fn check_alive(&self) -> Result<(), HarnessError> {
+        for (i, m) in self.members.iter().enumerate() {
+            if let Some(status) = m.process.exited() {
+                return Err(HarnessError::MemberExited {
+                    member: i,
+                    status: status.to_string(),
+                    log: m.process.log_tail(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Member `i`'s own raft id and the leader id it reports (0: none).
+    async fn status_of(&self, i: usize) -> Result<(u64, u64), HarnessError> {
+        let mut client = self.member_client(i).await?;
+        let status = match tokio::time::timeout(REQUEST_TIMEOUT, client.status()).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(HarnessError::Timeout(format!(
+                    "status of member {i} timed out"
+                )))
+            }
+        };
+        let id = status
+            .header()
+            .map(|h| h.member_id())
+            .ok_or_else(|| HarnessError::Usage(format!("member {i} sent no response header")))?;
+        self.member_ids.lock().unwrap()[i] = Some(id);
+        Ok((id, status.leader()))
+    }
+
+    /// One health round: every live member answers its status with a
+    /// leader, and a linearizable (quorum) read through it succeeds.
+    async fn health_round(&self) -> Result<(), HarnessError> {
+        let live = self.live();
+        if live.is_empty() {
+            return Err(HarnessError::Usage("no member is running".into()));
+        }
+        for i in live {
+            let (_, leader) = self.status_of(i).await?;
+            if leader == 0 {
+                return Err(HarnessError::Timeout(format!("member {i} knows no leader")));
+            }
+            let mut client = self.member_client(i).await?;
+            match tokio::time::timeout(REQUEST_TIMEOUT, client.get("fencing-harness/health", None))
+                .await
+            {
+                Ok(result) => {
+                    result?;
+                }
+                Err(_) => {
+                    return Err(HarnessError::Timeout(format!(
+                        "read through member {i} timed out"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits (at most the startup timeout) until every running, unpaused
+    /// member answers a linearizable read and knows a leader. Fails early,
+    /// with the member's log tail, when a member process has exited.
+    pub async fn wait_healthy(&self) -> Result<(), HarnessError> {
+        let timeout = self.opts.startup_timeout;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive()?;
+            let last = match self.health_round().await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error("becoming healthy", timeout, &last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn timeout_error(&self, what: &str, timeout: Duration, last: &HarnessError) -> HarnessError {
+        let mut msg = format!(
+            "{} cluster not done {what} within {timeout:?}; last error: {last}",
+            self.opts.version
+        );
+        for i in 0..self.members.len() {
+            msg.push_str(&format!(
+                "\n--- member {i} log tail ---\n{}",
+                self.log_tail(i)
+            ));
+        }
+        HarnessError::Timeout(msg)
+    }
+
+    /// The index of the current raft leader: a live member that reports
+    /// itself as leader and that a majority of the cluster's members
+    /// confirm. Waits up to 15 s for an election to settle.
+    pub async fn leader(&self) -> Result<usize, HarnessError> {
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        loop {
+            let last = match self.leader_round().await {
+                Ok(i) => return Ok(i),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error("electing a leader", LEADER_TIMEOUT, &last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn leader_round(&self) -> Result<usize, HarnessError> {
+        let mut own: HashMap<u64, usize> = HashMap::new();
+        let mut votes: HashMap<u64, usize> = HashMap::new();
+        let mut claims: Vec<(usize, u64)> = Vec::new();
+        for i in self.live() {
+            if let Ok((id, leader)) = self.status_of(i).await {
+                own.insert(id, i);
+                claims.push((i, leader));
+                if leader != 0 {
+                    *votes.entry(leader).or_default() += 1;
+                }
+            }
+        }
+        let majority = self.members.len() / 2 + 1;
+        for (i, leader) in claims {
+            let id = self.member_ids.lock().unwrap()[i];
+            if Some(leader) == id && votes.get(&leader).copied().unwrap_or(0) >= majority {
+                return Ok(i);
+            }
+        }
+        Err(HarnessError::Timeout(format!(
+            "no leader confirmed by a majority yet (reports: {votes:?}, members: {own:?})"
+        )))
+    }
+
+    /// The last lines of member `i`'s log (all its runs), for failure
+    /// messages.
+    pub fn log_tail(&self, i: usize) -> String {
+        self.process(i)
+            .map_or_else(|| format!("(no member {i})"), MemberProcess::log_tail)
+    }
+}
+
+
+fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
+    crate::ports::free_ports(n).map_err(|e| HarnessError::io("finding free loopback ports", e))
+}
+
+/// A cluster token no other cluster on this machine uses, so members of
+/// different clusters never join each other.
+fn unique_token() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "fencing-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}

@@ -1,0 +1,3 @@
+//! PostgreSQL: a throwaway server for the storage-side gate tests.
+
+pub mod server;

@@ -1,0 +1,1082 @@
+//! A real ZooKeeper ensemble (or a single standalone server) on loopback,
+//! for tests that need the real thing: leader elections, killed and
+//! restarted servers, paused servers, partitioned clients.
+//!
+//! The jars come from `scripts/install/zookeeper.sh` (run by
+//! `scripts/test.sh`): ZooKeeper 3.8.0 from the Debian package
+//! `libzookeeper-java` in `/usr/share/java`, ZooKeeper 3.9.5 from Maven
+//! Central in `${FENCING_CACHE:-$HOME/.cache/fencing}/zookeeper-3.9.5/lib`.
+//! A missing jar or a missing `java` is an error that says to run
+//! `scripts/test.sh`, never a silently skipped test.
+//!
+//! Every server is a JVM running `QuorumPeerMain` on free loopback ports
+//! (client, quorum, election), with its `zoo.cfg`, `myid`, data directory
+//! and log file in one temporary directory; it is killed and reaped when the
+//! [`ZkEnsemble`] is dropped, also when a test panics. The harness needs
+//! no ZooKeeper client library: it asks the servers with four-letter words
+//! over plain TCP ([`four_letter_word`]) and proves that a server reaches
+//! the quorum by opening and closing a session with a bare handshake
+//! ([`session_roundtrip`]). Every call has a timeout and every wait is
+//! bounded.
+//!
+//! [`ZkEnsemble::start_with`] adds client security ([`ZkOptions`]): a TLS
+//! client port (`secureClientPort`, served by Netty, with PEM key and trust
+//! stores and optionally `ssl.clientAuth=need`) and SASL DIGEST-MD5 users
+//! from a JAAS file, optionally required of every client. The plaintext
+//! client port stays open for the harness's own health checks; the quorum
+//! stays plaintext.
+
+use std::fmt;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::cache::{cache_dir, zookeeper_debian_release, zookeeper_release};
+use crate::pki::TlsFiles;
+use crate::member::MemberProcess;
+
+
+/// Where Debian installs Java libraries.
+const DEBIAN_JAVA_DIR: &str = "/usr/share/java";
+/// The jars a ZooKeeper 3.8.0 server loads, all from Debian packages; the
+/// same list as `ZK38_JARS` in `scripts/install/zookeeper.sh`.
+const ZK38_JARS: [&str; 16] = [
+    "zookeeper.jar",
+    "zookeeper-jute.jar",
+    "slf4j-api.jar",
+    "slf4j-simple.jar",
+    "metrics-core.jar",
+    "snappy-java.jar",
+    "commons-cli.jar",
+    "commons-io.jar",
+    "netty-buffer.jar",
+    "netty-codec.jar",
+    "netty-common.jar",
+    "netty-handler.jar",
+    "netty-resolver.jar",
+    "netty-transport.jar",
+    "netty-transport-native-epoll.jar",
+    "netty-transport-native-unix-common.jar",
+];
+/// The file the installer writes last into the 3.9 `lib` directory: the
+/// names of all its jars, one a line.
+const STAMP: &str = ".complete";
+
+/// ZooKeeper's tick: the unit of heartbeats, `initLimit` and `syncLimit`.
+/// Short, so a dead leader is noticed and replaced within about a second.
+const TICK_MS: u64 = 200;
+/// How long one four-letter-word exchange (connect, send, read the whole
+/// answer) may take.
+const FOUR_LETTER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between two rounds of a polling wait.
+const POLL: Duration = Duration::from_millis(100);
+/// How long a start or restart may take until the ensemble is healthy
+/// (JVM start-up on two busy cores is slow).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(45);
+/// How long [`ZkEnsemble::leader`] waits for an elected leader.
+const LEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// How many times a start is tried again with fresh ports when a server
+/// finds its port taken (the ports are free when picked, but another
+/// process may bind them before the JVM does).
+const START_ATTEMPTS: usize = 3;
+/// The most servers an ensemble may have (each is a JVM).
+const MAX_SERVERS: usize = 7;
+
+/// The server connection factory that can serve TLS.
+const NETTY_FACTORY: &str = "org.apache.zookeeper.server.NettyServerCnxnFactory";
+/// The ZooKeeper error codes `AUTHFAILED` and
+/// `SESSIONCLOSEDREQUIRESASLAUTH`: answers to a request of an
+/// unauthenticated session when authentication is enforced (3.8 and 3.9
+/// answer the latter).
+const ZK_AUTH_REFUSED: [i32; 2] = [-115, -124];
+
+/// How to start an ensemble; [`ZkOptions::new`] gives a plain one (what
+/// [`ZkEnsemble::start`] runs).
+#[derive(Debug, Clone)]
+pub struct ZkOptions {
+    /// Which release runs.
+    pub version: ZkVersion,
+    /// How many servers (1: standalone).
+    pub servers: usize,
+    /// Also serve clients over TLS on a second port (see
+    /// [`ZkEnsemble::secure_endpoints`]) with the server certificate and
+    /// key of these files, trusting their CA. The files must outlive the
+    /// ensemble's restarts (only the server's key and certificate are
+    /// copied into the ensemble's directory).
+    pub tls: Option<TlsFiles>,
+    /// With `tls`: refuse TLS clients without a certificate signed by the
+    /// CA (`ssl.clientAuth=need`); otherwise `ssl.clientAuth=none`.
+    pub client_auth: bool,
+    /// SASL DIGEST-MD5 users (`name`, `password`) the servers accept.
+    pub sasl_users: Vec<(String, String)>,
+    /// With `sasl_users`: refuse every request of a session that has not
+    /// authenticated with SASL (`enforce.auth.enabled=true`,
+    /// `enforce.auth.schemes=sasl`). The harness's health check then only
+    /// opens sessions (the server refuses to close them) and leaves them
+    /// to expire.
+    pub require_sasl: bool,
+    /// The servers' `minSessionTimeout` (the harness's default is 400 ms):
+    /// sessions asking for less get this.
+    pub min_session_timeout: Duration,
+}
+
+impl ZkOptions {
+    /// `servers` servers of `version`, no TLS, no SASL.
+    pub fn new(version: ZkVersion, servers: usize) -> Self {
+        ZkOptions {
+            version,
+            servers,
+            tls: None,
+            client_auth: false,
+            sasl_users: Vec::new(),
+            require_sasl: false,
+            min_session_timeout: Duration::from_millis(400),
+        }
+    }
+
+    /// Sets the servers' `minSessionTimeout`.
+    #[must_use]
+    pub fn min_session_timeout(mut self, at_least: Duration) -> Self {
+        self.min_session_timeout = at_least;
+        self
+    }
+
+    /// Serves TLS on a second client port with `files`; `client_auth`
+    /// requires client certificates.
+    #[must_use]
+    pub fn tls(mut self, files: TlsFiles, client_auth: bool) -> Self {
+        self.tls = Some(files);
+        self.client_auth = client_auth;
+        self
+    }
+
+    /// Accepts SASL DIGEST-MD5 user `name` with `password`.
+    #[must_use]
+    pub fn sasl_user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl_users.push((name.into(), password.into()));
+        self
+    }
+
+    /// Refuses sessions that have not authenticated with SASL.
+    #[must_use]
+    pub fn require_sasl(mut self, require: bool) -> Self {
+        self.require_sasl = require;
+        self
+    }
+
+    fn check(&self) -> Result<(), ZkHarnessError> {
+        if self.servers == 0 || self.servers > MAX_SERVERS {
+            return Err(ZkHarnessError::Usage(format!(
+                "an ensemble has 1 to {MAX_SERVERS} servers, not {}",
+                self.servers
+            )));
+        }
+        if self.client_auth && self.tls.is_none() {
+            return Err(ZkHarnessError::Usage(
+                "client_auth needs tls files".to_string(),
+            ));
+        }
+        if self.require_sasl && self.sasl_users.is_empty() {
+            return Err(ZkHarnessError::Usage(
+                "require_sasl needs at least one SASL user".to_string(),
+            ));
+        }
+        for (name, password) in &self.sasl_users {
+            let plain = |s: &str| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            };
+            if !plain(name) || password.contains(['"', '\\', '\n']) {
+                return Err(ZkHarnessError::Usage(format!(
+                    "SASL user {name:?}: names are [A-Za-z0-9._-]+ and passwords have no quotes, backslashes or newlines"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which ZooKeeper release an ensemble runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ZkVersion {
+    /// ZooKeeper 3.8 from the Debian package `libzookeeper-java`.
+    V3_8,
+    /// ZooKeeper 3.9 (`ZOOKEEPER_VERSION` in versions.env) from Maven
+    /// Central, in the cache directory.
+    V3_9,
+}
+
+impl ZkVersion {
+    /// Both supported releases, oldest first.
+    pub const ALL: [ZkVersion; 2] = [ZkVersion::V3_8, ZkVersion::V3_9];
+
+    /// The release number, e.g. `"3.8.0"`, as `srvr` reports it.
+    pub fn release(self) -> &'static str {
+        match self {
+            ZkVersion::V3_8 => zookeeper_debian_release(),
+            ZkVersion::V3_9 => zookeeper_release(),
+        }
+    }
+
+    /// Where the 3.9 jars live when the cache is `cache`.
+    pub fn lib_dir_in(cache: &Path) -> PathBuf {
+        cache.join(format!("zookeeper-{}", zookeeper_release())).join("lib")
+    }
+
+    /// The server classpath of this release, with the cache directory
+    /// `cache` (3.8 ignores it), or [`ZkHarnessError::MissingInstall`]
+    /// (which says to run `scripts/test.sh`) when a jar is missing.
+    pub fn classpath_in(self, cache: &Path) -> Result<String, ZkHarnessError> {
+        let jars: Vec<PathBuf> = match self {
+            ZkVersion::V3_8 => ZK38_JARS
+                .iter()
+                .map(|jar| Path::new(DEBIAN_JAVA_DIR).join(jar))
+                .collect(),
+            ZkVersion::V3_9 => {
+                let lib = Self::lib_dir_in(cache);
+                let stamp = lib.join(STAMP);
+                let list =
+                    fs::read_to_string(&stamp).map_err(|_| ZkHarnessError::MissingInstall {
+                        version: self,
+                        path: stamp.clone(),
+                    })?;
+                list.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(|jar| lib.join(jar))
+                    .collect()
+            }
+        };
+        if jars.is_empty() {
+            return Err(ZkHarnessError::MissingInstall {
+                version: self,
+                path: Self::lib_dir_in(cache),
+            });
+        }
+        let mut classpath = Vec::with_capacity(jars.len());
+        for jar in jars {
+            if !jar.is_file() {
+                return Err(ZkHarnessError::MissingInstall {
+                    version: self,
+                    path: jar,
+                });
+            }
+            classpath.push(jar.to_string_lossy().into_owned());
+        }
+        Ok(classpath.join(":"))
+    }
+
+    /// The server classpath of this installed release (see [`cache_dir`]).
+    pub fn classpath(self) -> Result<String, ZkHarnessError> {
+        self.classpath_in(&cache_dir())
+    }
+}
+
+impl fmt::Display for ZkVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ZooKeeper {}", self.release())
+    }
+}
+
+/// The role a server reports in its `srvr` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ZkMode {
+    /// The ensemble's elected leader.
+    Leader,
+    /// A follower synchronised with the leader.
+    Follower,
+    /// A non-voting observer.
+    Observer,
+    /// A single server without an ensemble.
+    Standalone,
+}
+
+impl ZkMode {
+    fn parse(s: &str) -> Option<ZkMode> {
+        match s.trim() {
+            "leader" => Some(ZkMode::Leader),
+            "follower" => Some(ZkMode::Follower),
+            "observer" => Some(ZkMode::Observer),
+            "standalone" => Some(ZkMode::Standalone),
+            _ => None,
+        }
+    }
+}
+
+/// Why the harness could not start, check or drive an ensemble.
+#[derive(Debug, thiserror::Error)]
+pub enum ZkHarnessError {
+    /// A jar of `version` (or `java` itself) is not installed.
+    #[error("{version}: {path} is missing: run scripts/test.sh (or bash scripts/install/zookeeper.sh) to install it")]
+    MissingInstall {
+        /// The release that cannot run.
+        version: ZkVersion,
+        /// What was looked for.
+        path: PathBuf,
+    },
+    /// A file, process or socket operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the harness was doing.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A server process exited while it should be serving.
+    #[error("server {server} exited ({status}); last lines of its log:\n{log}")]
+    ServerExited {
+        /// Index of the server.
+        server: usize,
+        /// Its exit status.
+        status: String,
+        /// The tail of its log file.
+        log: String,
+    },
+    /// A bounded wait or a single four-letter word ran out of time.
+    #[error("{0}")]
+    Timeout(String),
+    /// A server answered, but not as a healthy one does (e.g. "not
+    /// currently serving requests").
+    #[error("{0}")]
+    Unhealthy(String),
+    /// The caller asked for something the ensemble cannot do (e.g. a
+    /// server index out of range).
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl ZkHarnessError {
+    fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ZkHarnessError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    fn is_port_clash(&self) -> bool {
+        match self {
+            ZkHarnessError::ServerExited { log, .. } => log.contains("Address already in use"),
+            ZkHarnessError::Timeout(msg) => msg.contains("Address already in use"),
+            _ => false,
+        }
+    }
+}
+
+/// Sends the four-letter word `word` (e.g. `"srvr"`, `"ruok"`) to the
+/// server at `addr` (`127.0.0.1:PORT`) and returns its whole answer. The
+/// connect, the send and reading until the server closes together take at
+/// most `timeout`; running out is [`ZkHarnessError::Timeout`].
+pub async fn four_letter_word(
+    addr: &str,
+    word: &str,
+    timeout: Duration,
+) -> Result<String, ZkHarnessError> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(word.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(answer)) => Ok(String::from_utf8_lossy(&answer).into_owned()),
+        Ok(Err(e)) => Err(ZkHarnessError::io(format!("`{word}` to {addr}"), e)),
+        Err(_) => Err(ZkHarnessError::Timeout(format!(
+            "`{word}` to {addr}: no answer within {timeout:?}"
+        ))),
+    }
+}
+
+/// Opens a ZooKeeper session through the server at `addr` with a bare
+/// client handshake (a jute `ConnectRequest`, no client library) and closes
+/// it again; returns the session id. Creating and closing a session are
+/// quorum transactions, so success proves that this server is connected to
+/// a working leader (or is a working standalone server) — which `srvr`
+/// alone does not: a follower that was stopped past `syncLimit` still says
+/// `Mode: follower` for a moment after it continues, before it notices that
+/// the leader dropped it. The whole exchange takes at most `timeout`.
+pub async fn session_roundtrip(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
+    session_exchange(addr, timeout, true).await
+}
+
+/// Like [`session_roundtrip`], but for a server that enforces
+/// authentication: opens a session with a bare handshake, then asks to
+/// close it and also accepts the refusal (`SESSIONCLOSEDREQUIRESASLAUTH`
+/// or `AUTHFAILED`) as an answer: the server refuses every request of an
+/// unauthenticated session, drops the connection, and the session expires
+/// after 4 s. The session's creation
+/// is a quorum transaction, so this still proves that the server reaches a
+/// working leader.
+pub async fn session_open(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
+    session_exchange(addr, timeout, false).await
+}
+
+async fn session_exchange(
+    addr: &str,
+    timeout: Duration,
+    must_close: bool,
+) -> Result<i64, ZkHarnessError> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        // ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId,
+        // passwd (length-prefixed), readOnly.
+        let mut connect = Vec::with_capacity(45);
+        connect.extend_from_slice(&0i32.to_be_bytes());
+        connect.extend_from_slice(&0i64.to_be_bytes());
+        connect.extend_from_slice(&4000i32.to_be_bytes());
+        connect.extend_from_slice(&0i64.to_be_bytes());
+        connect.extend_from_slice(&16i32.to_be_bytes());
+        connect.extend_from_slice(&[0u8; 16]);
+        connect.push(0);
+        write_frame(&mut stream, &connect).await?;
+        // ConnectResponse: protocolVersion, timeOut, sessionId, passwd, ...
+        let reply = read_frame(&mut stream).await?;
+        if reply.len() < 16 {
+            return Err(bad_data("short connect response"));
+        }
+        let negotiated = i32::from_be_bytes(reply[4..8].try_into().expect("4 bytes"));
+        let session = i64::from_be_bytes(reply[8..16].try_into().expect("8 bytes"));
+        if negotiated <= 0 || session == 0 {
+            return Err(bad_data("the server refused the session"));
+        }
+        // closeSession: RequestHeader { xid: 1, type: -11 }.
+        let mut close = Vec::with_capacity(8);
+        close.extend_from_slice(&1i32.to_be_bytes());
+        close.extend_from_slice(&(-11i32).to_be_bytes());
+        write_frame(&mut stream, &close).await?;
+        // ReplyHeader: xid, zxid, err.
+        let reply = read_frame(&mut stream).await?;
+        if reply.len() < 16 {
+            return Err(bad_data("short close response"));
+        }
+        let err = i32::from_be_bytes(reply[12..16].try_into().expect("4 bytes"));
+        if err != 0 && (must_close || !ZK_AUTH_REFUSED.contains(&err)) {
+            return Err(bad_data(&format!(
+                "closing the session failed with code {err}"
+            )));
+        }
+        Ok(session)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(e)) => Err(ZkHarnessError::Unhealthy(format!(
+            "no session through {addr}: {e}"
+        ))),
+        Err(_) => Err(ZkHarnessError::Timeout(format!(
+            "no session through {addr} within {timeout:?}"
+        ))),
+    }
+}
+
+fn bad_data(msg: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
+}
+
+async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+    let len = i32::try_from(body.len()).map_err(|_| bad_data("frame too long"))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(body);
+    stream.write_all(&frame).await
+}
+
+async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let len = i32::from_be_bytes(len);
+    if !(0..=1 << 20).contains(&len) {
+        return Err(bad_data(&format!("implausible frame length {len}")));
+    }
+    let mut body = vec![0u8; len as usize];
+    stream.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+/// One server of an ensemble.
+struct Server {
+    client_port: u16,
+    /// The TLS client port (`secureClientPort`); unused without TLS.
+    secure_port: u16,
+    quorum_port: u16,
+    election_port: u16,
+    /// Holds `zoo.cfg`, `data/myid` and the snapshots and logs.
+    config: PathBuf,
+    process: MemberProcess,
+}
+
+/// A running ZooKeeper ensemble on loopback. Dropping it kills and reaps
+/// every server (stopped ones are continued first) and deletes its files.
+///
+/// Servers also get SIGKILL when the thread that started them exits (so a
+/// test process killed outright leaves none behind): start and restart
+/// servers from a thread that lives as long as the ensemble, e.g. the
+/// test's own thread or a tokio runtime worker, not a short-lived helper
+/// thread.
+pub struct ZkEnsemble {
+    version: ZkVersion,
+    java: PathBuf,
+    classpath: String,
+    options: ZkOptions,
+    /// The JAAS file with the SASL users, if there are any.
+    jaas: Option<PathBuf>,
+    /// The PEM file with the servers' private key and certificate.
+    key_store: Option<PathBuf>,
+    servers: Vec<Server>,
+    /// Declared last: removed after the servers are dead.
+    dir: TempDir,
+}
+
+impl fmt::Debug for ZkEnsemble {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkEnsemble")
+            .field("version", &self.version)
+            .field("endpoints", &self.endpoints())
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+impl ZkEnsemble {
+    /// Starts `servers` servers of `version` (1: a standalone server; 3 or
+    /// more: an ensemble) and waits (at most 45 s) until every server
+    /// serves, as a follower of exactly one leader or standalone. Tries
+    /// fresh ports again when a server finds its port taken.
+    pub async fn start(version: ZkVersion, servers: usize) -> Result<Self, ZkHarnessError> {
+        Self::start_with(ZkOptions::new(version, servers)).await
+    }
+
+    /// Starts an ensemble as `options` say (TLS, SASL; see [`ZkOptions`])
+    /// and waits, as [`ZkEnsemble::start`] does, until it is healthy.
+    pub async fn start_with(options: ZkOptions) -> Result<Self, ZkHarnessError> {
+        options.check()?;
+        let version = options.version;
+        let classpath = version.classpath()?;
+        let java = find_java().ok_or(ZkHarnessError::MissingInstall {
+            version,
+            path: PathBuf::from("java (on PATH or in $JAVA_HOME/bin)"),
+        })?;
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(&options, &java, &classpath).await {
+                Err(e) if e.is_port_clash() && attempt < START_ATTEMPTS => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_start(
+        options: &ZkOptions,
+        java: &Path,
+        classpath: &str,
+    ) -> Result<Self, ZkHarnessError> {
+        let count = options.servers;
+        let dir = tempfile::Builder::new()
+            .prefix("fencing-zk-")
+            .tempdir()
+            .map_err(|e| ZkHarnessError::io("creating the ensemble directory", e))?;
+        let per_server = if options.tls.is_some() { 4 } else { 3 };
+        let ports = free_ports(per_server * count)?;
+        let servers: Vec<Server> = (0..count)
+            .map(|i| Server {
+                client_port: ports[per_server * i],
+                quorum_port: ports[per_server * i + 1],
+                election_port: ports[per_server * i + 2],
+                secure_port: if per_server == 4 {
+                    ports[per_server * i + 3]
+                } else {
+                    0
+                },
+                config: dir.path().join(format!("zk{i}")).join("zoo.cfg"),
+                process: MemberProcess::new(
+                    format!("server {i}"),
+                    dir.path().join(format!("zk{i}.log")),
+                ),
+            })
+            .collect();
+        let jaas = if options.sasl_users.is_empty() {
+            None
+        } else {
+            let path = dir.path().join("jaas.conf");
+            write_file(&path, &jaas_config(&options.sasl_users))?;
+            Some(path)
+        };
+        let key_store = match &options.tls {
+            None => None,
+            Some(files) => {
+                let read = |p: &Path| {
+                    fs::read_to_string(p)
+                        .map_err(|e| ZkHarnessError::io(format!("reading {}", p.display()), e))
+                };
+                // ZooKeeper's PEM key store is one file: key, then chain.
+                let pem = format!(
+                    "{}\n{}",
+                    read(&files.server_key)?.trim_end(),
+                    read(&files.server_cert)?
+                );
+                let path = dir.path().join("server-keystore.pem");
+                write_file(&path, &pem)?;
+                Some(path)
+            }
+        };
+        let mut ensemble = ZkEnsemble {
+            version: options.version,
+            java: java.to_path_buf(),
+            classpath: classpath.to_string(),
+            options: options.clone(),
+            jaas,
+            key_store,
+            servers,
+            dir,
+        };
+        for i in 0..count {
+            ensemble.write_config(i)?;
+        }
+        for i in 0..count {
+            ensemble.spawn(i)?;
+        }
+        ensemble.wait_healthy().await?;
+        Ok(ensemble)
+    }
+
+    /// Writes server `i`'s `zoo.cfg` and `data/myid` (its id is `i + 1`).
+    fn write_config(&self, i: usize) -> Result<(), ZkHarnessError> {
+        let s = &self.servers[i];
+        let server_dir = s.config.parent().expect("zoo.cfg lies in a directory");
+        let data = server_dir.join("data");
+        fs::create_dir_all(&data)
+            .map_err(|e| ZkHarnessError::io(format!("creating {}", data.display()), e))?;
+        let mut cfg = format!(
+            "tickTime={TICK_MS}\n\
+             initLimit=50\n\
+             syncLimit=10\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             minSessionTimeout={}\n\
+             maxSessionTimeout=60000\n\
+             autopurge.purgeInterval=0\n",
+            data.display(),
+            s.client_port,
+            self.options.min_session_timeout.as_millis(),
+        );
+        if let (Some(files), Some(key_store)) = (&self.options.tls, &self.key_store) {
+            // Keys ZooKeeper does not know become `zookeeper.`-prefixed
+            // system properties, which is where the TLS settings live.
+            cfg.push_str(&format!(
+                "secureClientPort={}\n\
+                 secureClientPortAddress=127.0.0.1\n\
+                 serverCnxnFactory={NETTY_FACTORY}\n\
+                 ssl.keyStore.location={}\n\
+                 ssl.keyStore.type=PEM\n\
+                 ssl.trustStore.location={}\n\
+                 ssl.trustStore.type=PEM\n\
+                 ssl.clientAuth={}\n",
+                s.secure_port,
+                key_store.display(),
+                files.ca_cert.display(),
+                if self.options.client_auth {
+                    "need"
+                } else {
+                    "none"
+                },
+            ));
+        }
+        if !self.options.sasl_users.is_empty() {
+            cfg.push_str(
+                "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n",
+            );
+            if self.options.require_sasl {
+                cfg.push_str("enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n");
+            }
+        }
+        if self.servers.len() > 1 {
+            for (j, other) in self.servers.iter().enumerate() {
+                cfg.push_str(&format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    j + 1,
+                    other.quorum_port,
+                    other.election_port
+                ));
+            }
+        }
+        fs::write(&s.config, cfg)
+            .map_err(|e| ZkHarnessError::io(format!("writing {}", s.config.display()), e))?;
+        let myid = data.join("myid");
+        fs::write(&myid, format!("{}\n", i + 1))
+            .map_err(|e| ZkHarnessError::io(format!("writing {}", myid.display()), e))?;
+        Ok(())
+    }
+
+    /// The command line of server `i`.
+    fn command(&self, i: usize) -> Command {
+        let s = &self.servers[i];
+        let mut cmd = Command::new(&self.java);
+        // The environment must not configure these JVMs behind our back.
+        for var in [
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "CLASSPATH",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.current_dir(s.config.parent().expect("zoo.cfg lies in a directory"))
+            .arg("-Xmx160m")
+            .arg("-XX:+UseSerialGC")
+            .arg("-XX:TieredStopAtLevel=1")
+            .arg("-Djava.net.preferIPv4Stack=true")
+            // A dead peer's election port is noticed within a second.
+            .arg("-Dzookeeper.cnxTimeout=1000")
+            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
+            .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS");
+        if let Some(jaas) = &self.jaas {
+            cmd.arg(format!(
+                "-Djava.security.auth.login.config={}",
+                jaas.display()
+            ));
+        }
+        cmd.arg("-cp")
+            .arg(&self.classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&s.config);
+        // A server must not outlive a test process that is killed outright
+        // (Drop never runs then). The signal follows the spawning thread,
+        // which in a tokio test is the test's thread or a runtime worker:
+        // both live as long as the ensemble.
+        // SAFETY: the closure only makes one async-signal-safe prctl call.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
+        cmd
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), ZkHarnessError> {
+        self.servers[i].process.start(&mut self.command(i)).map_err(|e| {
+            ZkHarnessError::io(format!("starting server {i} ({})", self.java.display()), e)
+        })
+    }
+
+    fn check_index(&self, i: usize) -> Result<(), ZkHarnessError> {
+        if i < self.servers.len() {
+            Ok(())
+        } else {
+            Err(ZkHarnessError::Usage(format!(
+                "server {i} out of range: the ensemble has {}",
+                self.servers.len()
+            )))
+        }
+    }
+
+    /// The release the ensemble runs.
+    pub fn version(&self) -> ZkVersion {
+        self.version
+    }
+
+    /// The connect string of all servers, `127.0.0.1:P1,127.0.0.1:P2,...`.
+    pub fn connect_string(&self) -> String {
+        self.endpoints().join(",")
+    }
+
+    /// Client addresses `127.0.0.1:PORT` of all servers, in server order.
+    pub fn endpoints(&self) -> Vec<String> {
+        (0..self.servers.len()).map(|i| self.endpoint(i)).collect()
+    }
+
+    /// Client address `127.0.0.1:PORT` of server `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.servers[i].client_port)
+    }
+
+    /// TLS client addresses `127.0.0.1:PORT` (the `secureClientPort`s) of
+    /// all servers, in server order; empty without TLS.
+    pub fn secure_endpoints(&self) -> Vec<String> {
+        if self.options.tls.is_none() {
+            return Vec::new();
+        }
+        (0..self.servers.len())
+            .map(|i| format!("127.0.0.1:{}", self.servers[i].secure_port))
+            .collect()
+    }
+
+    /// The options the ensemble was started with.
+    pub fn options(&self) -> &ZkOptions {
+        &self.options
+    }
+
+    /// How many servers the ensemble has (running or not).
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// The ensemble's temporary directory (configurations, data, logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The classpath the servers run with.
+    pub fn classpath(&self) -> &str {
+        &self.classpath
+    }
+
+    fn process(&self, i: usize) -> Option<&MemberProcess> {
+        self.servers.get(i).map(|s| &s.process)
+    }
+
+    /// Whether server `i` has a process (running or paused).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.process(i).is_some_and(MemberProcess::is_running)
+    }
+
+    /// The process id of server `i` while it has a process.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.process(i).and_then(MemberProcess::pid)
+    }
+
+    /// Whether server `i` is stopped by [`ZkEnsemble::pause`].
+    pub fn is_paused(&self, i: usize) -> bool {
+        self.process(i).is_some_and(MemberProcess::is_paused)
+    }
+
+    /// Kills server `i` with SIGKILL and reaps it; its data directory stays
+    /// for [`ZkEnsemble::restart`]. Does nothing if it is not running.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.kill();
+        }
+    }
+
+    /// Starts server `i` again (killing it first if it still runs) with the
+    /// same id, ports and data, and waits until the whole ensemble is
+    /// healthy.
+    pub async fn restart(&mut self, i: usize) -> Result<(), ZkHarnessError> {
+        self.check_index(i)?;
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_healthy().await
+    }
+
+    /// Kills every server and starts them all again on their data, then
+    /// waits until the ensemble is healthy (one by one would never regain a
+    /// quorum).
+    pub async fn restart_all(&mut self) -> Result<(), ZkHarnessError> {
+        for i in 0..self.servers.len() {
+            self.kill(i);
+        }
+        for i in 0..self.servers.len() {
+            self.spawn(i)?;
+        }
+        self.wait_healthy().await
+    }
+
+    /// Stops server `i` with SIGSTOP (the process stays, its sockets stay
+    /// open, it answers nothing): a stalled, not a crashed, server.
+    pub fn pause(&self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.pause();
+        }
+    }
+
+    /// Continues server `i` after [`ZkEnsemble::pause`] (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        if let Some(p) = self.process(i) {
+            p.resume();
+        }
+    }
+
+    /// Servers that should answer: running and not paused.
+    fn live(&self) -> Vec<usize> {
+        (0..self.servers.len())
+            .filter(|&i| self.process(i).is_some_and(MemberProcess::is_live))
+            .collect()
+    }
+
+    /// Fails with [`ZkHarnessError::ServerExited`] when a server that
+    /// should run has exited.
+    fn check_alive(&self) -> Result<(), ZkHarnessError> {
+        for (i, s) in self.servers.iter().enumerate() {
+            if let Some(status) = s.process.exited() {
+                return Err(ZkHarnessError::ServerExited {
+                    server: i,
+                    status: status.to_string(),
+                    log: s.process.log_tail(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Server `i`'s answer to `srvr` (one exchange, at most 2 s).
+    pub async fn srvr(&self, i: usize) -> Result<String, ZkHarnessError> {
+        self.check_index(i)?;
+        four_letter_word(&self.endpoint(i), "srvr", FOUR_LETTER_TIMEOUT).await
+    }
+
+    /// The mode server `i` reports right now (one `srvr`, no waiting);
+    /// [`ZkHarnessError::Unhealthy`] when it answers but does not serve
+    /// (e.g. during an election).
+    pub async fn mode(&self, i: usize) -> Result<ZkMode, ZkHarnessError> {
+        let answer = self.srvr(i).await?;
+        answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode:"))
+            .and_then(ZkMode::parse)
+            .ok_or_else(|| {
+                ZkHarnessError::Unhealthy(format!(
+                    "server {i} reports no mode: {:?}",
+                    answer.trim()
+                ))
+            })
+    }
+
+    /// One health round: every live server serves, in the mode the
+    /// ensemble's size calls for, with exactly one leader among them, and
+    /// a session can be opened and closed through each. Returns the
+    /// leader's index (or the standalone server's).
+    async fn health_round(&self) -> Result<usize, ZkHarnessError> {
+        let live = self.live();
+        if live.is_empty() {
+            return Err(ZkHarnessError::Usage("no server is running".into()));
+        }
+        let mut leaders = Vec::new();
+        for i in live {
+            let mode = self.mode(i).await?;
+            match (self.servers.len(), mode) {
+                (1, ZkMode::Standalone) => leaders.push(i),
+                (1, other) => {
+                    return Err(ZkHarnessError::Unhealthy(format!(
+                        "the single server reports {other:?}, not standalone"
+                    )))
+                }
+                (_, ZkMode::Leader) => leaders.push(i),
+                (_, ZkMode::Follower | ZkMode::Observer) => {}
+                (_, ZkMode::Standalone) => {
+                    return Err(ZkHarnessError::Unhealthy(format!(
+                        "server {i} of an ensemble runs standalone"
+                    )))
+                }
+            }
+        }
+        let [leader] = leaders[..] else {
+            return Err(ZkHarnessError::Unhealthy(format!(
+                "{} servers claim to lead: {leaders:?}",
+                leaders.len()
+            )));
+        };
+        // Every server really reaches the leader (see session_roundtrip).
+        for i in self.live() {
+            let must_close = !self.options.require_sasl;
+            session_exchange(&self.endpoint(i), FOUR_LETTER_TIMEOUT, must_close).await?;
+        }
+        Ok(leader)
+    }
+
+    /// Waits (at most 45 s) until every running, unpaused server answers
+    /// `srvr` as a serving leader, follower or standalone server, with
+    /// exactly one leader, and opens and closes a session (a quorum
+    /// transaction) through each. Fails early, with the server's log tail, when a
+    /// server process has exited.
+    pub async fn wait_healthy(&self) -> Result<(), ZkHarnessError> {
+        self.poll("becoming healthy", STARTUP_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+
+    /// The index of the current leader (of the standalone server for a
+    /// single server): the one live server reporting `Mode: leader`, with
+    /// every other live server serving as a follower and a session opening
+    /// through each (the checks of [`ZkEnsemble::wait_healthy`]). Waits up
+    /// to 20 s for an election to settle.
+    pub async fn leader(&self) -> Result<usize, ZkHarnessError> {
+        self.poll("electing a leader", LEADER_TIMEOUT).await
+    }
+
+    async fn poll(&self, what: &str, timeout: Duration) -> Result<usize, ZkHarnessError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive()?;
+            let last = match self.health_round().await {
+                Ok(leader) => return Ok(leader),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error(what, timeout, &last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn timeout_error(
+        &self,
+        what: &str,
+        timeout: Duration,
+        last: &ZkHarnessError,
+    ) -> ZkHarnessError {
+        let mut msg = format!(
+            "{} ensemble not done {what} within {timeout:?}; last error: {last}",
+            self.version
+        );
+        for i in 0..self.servers.len() {
+            msg.push_str(&format!(
+                "\n--- server {i} log tail ---\n{}",
+                self.log_tail(i)
+            ));
+        }
+        ZkHarnessError::Timeout(msg)
+    }
+
+    /// The last lines of server `i`'s log (all its runs), for failure
+    /// messages.
+    pub fn log_tail(&self, i: usize) -> String {
+        self.process(i)
+            .map_or_else(|| format!("(no server {i})"), MemberProcess::log_tail)
+    }
+}
+
+
+/// A JAAS configuration whose `Server` section accepts `users` with
+/// DIGEST-MD5.
+fn jaas_config(users: &[(String, String)]) -> String {
+    let mut jaas =
+        String::from("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required");
+    for (name, password) in users {
+        jaas.push_str(&format!("\n    user_{name}=\"{password}\""));
+    }
+    jaas.push_str(";\n};\n");
+    jaas
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<(), ZkHarnessError> {
+    fs::write(path, contents)
+        .map_err(|e| ZkHarnessError::io(format!("writing {}", path.display()), e))
+}
+
+/// The `java` to run: `$JAVA_HOME/bin/java` if that exists, else the first
+/// `java` on `PATH`.
+fn find_java() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+        let java = Path::new(&home).join("bin").join("java");
+        if java.is_file() {
+            return Some(java);
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("java"))
+        .find(|java| java.is_file())
+}
+fn free_ports(n: usize) -> Result<Vec<u16>, ZkHarnessError> {
+    crate::ports::free_ports(n).map_err(|e| ZkHarnessError::io("finding free loopback ports", e))
+}

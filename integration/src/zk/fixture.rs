@@ -1,0 +1,131 @@
+//! ZkSource clients on a real ensemble: direct, or through proxies that a
+//! test can blackhole; and the conformance-suite harness built on them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fencing_testkit::{Client, Harness};
+use fencing_zookeeper::{ZkConfig, ZkSource};
+
+use crate::etcd::fixture::Partition;
+use crate::zk::ensemble::{ZkEnsemble, ZkVersion};
+
+/// Session timeout the ZooKeeper tests ask for.
+pub const TEST_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A running 3-server ensemble and the settings of its clients.
+pub struct ZkFixture {
+    /// The ensemble (killed and removed on drop).
+    pub ensemble: ZkEnsemble,
+    /// The lock path the test's sources use.
+    pub path: String,
+    /// The ensemble name every client of this fixture shares (the source
+    /// identity must not depend on whether a client goes through proxies).
+    pub name: String,
+}
+
+impl ZkFixture {
+    /// Starts a 3-server ensemble of `version`.
+    pub async fn start(version: ZkVersion) -> ZkFixture {
+        Self::start_with(version, 3).await
+    }
+
+    /// Starts an ensemble of `servers` servers.
+    pub async fn start_with(version: ZkVersion, servers: usize) -> ZkFixture {
+        let ensemble = ZkEnsemble::start(version, servers)
+            .await
+            .unwrap_or_else(|e| panic!("start {version}: {e}"));
+        let name = format!("test-{}", ensemble.dir().display());
+        ZkFixture {
+            ensemble,
+            path: "/fencing-test/locks".into(),
+            name,
+        }
+    }
+
+    /// Settings for a client of `hosts`.
+    pub fn config(&self, hosts: Vec<String>) -> ZkConfig {
+        ZkConfig::new(hosts, self.path.clone())
+            .expect("valid config")
+            .ensemble(self.name.clone())
+            .session_timeout(TEST_SESSION_TIMEOUT)
+            .request_timeout(Duration::from_secs(3))
+    }
+
+    /// A client connected straight to every server.
+    pub async fn source(&self) -> ZkSource {
+        ZkSource::connect(self.config(self.ensemble.endpoints()))
+            .await
+            .expect("connect")
+    }
+
+    /// A client whose connections all go through proxies a test can blackhole.
+    pub async fn partitionable_source(&self) -> (ZkSource, Partition) {
+        let (partition, hosts) = Partition::around(self.ensemble.endpoints()).await;
+        let source = ZkSource::connect(self.config(hosts))
+            .await
+            .expect("connect via proxies");
+        (source, partition)
+    }
+}
+
+#[async_trait]
+impl Harness for ZkFixture {
+    async fn client(&self) -> Client {
+        let (source, partition) = self.partitionable_source().await;
+        Client::new(Arc::new(source), partition)
+    }
+
+    fn ttl(&self) -> Duration {
+        TEST_SESSION_TIMEOUT
+    }
+
+    async fn queued(&self, resource: &fencing::ResourceName) -> Option<usize> {
+        let client = self.source().await.client().await.ok()?;
+        let dir = format!("{}/{resource}", self.path);
+        Some(client.list_children(&dir).await.map_or(0, |c| c.len()))
+    }
+}
+
+#[async_trait]
+impl crate::scenarios::ClusterFaults for ZkEnsemble {
+    fn members(&self) -> usize {
+        self.server_count()
+    }
+
+    fn kill(&mut self, i: usize) {
+        ZkEnsemble::kill(self, i);
+    }
+
+    fn pause(&mut self, i: usize) {
+        ZkEnsemble::pause(self, i);
+    }
+
+    fn resume(&mut self, i: usize) {
+        ZkEnsemble::resume(self, i);
+    }
+
+    async fn wait_healthy(&mut self) {
+        ZkEnsemble::wait_healthy(self)
+            .await
+            .expect("the cluster serves again");
+    }
+
+    async fn kill_leader(&mut self) -> usize {
+        let leader = self.leader().await.expect("a leader");
+        self.kill(leader);
+        ZkEnsemble::wait_healthy(self)
+            .await
+            .expect("the others serve");
+        leader
+    }
+
+    async fn restart(&mut self, member: usize) {
+        ZkEnsemble::restart(self, member).await.expect("restart");
+    }
+
+    async fn restart_all(&mut self) {
+        ZkEnsemble::restart_all(self).await.expect("restart all");
+    }
+}

@@ -1,0 +1,356 @@
+//! docker-compose.yml is checked with a YAML parser (this machine has no
+//! Docker engine): the services the README promises, pinned images, health
+//! checks, loopback-only ports, and clusters whose members agree on each
+//! other. The README's URLs must point at ports the file publishes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+const COMPOSE_FILE: &str = include_str!("../../../docker-compose.yml");
+const README: &str = include_str!("../../../README.md");
+const VERSIONS: &str = include_str!("../../../versions.env");
+
+/// The file as docker compose reads it: `${KEY}` and `${KEY:?message}`
+/// replaced by the value in versions.env (through the .env link).
+fn compose() -> String {
+    let mut text = COMPOSE_FILE.to_owned();
+    while let Some(start) = text.find("${") {
+        let end = start + text[start..].find('}').expect("a closed ${...}");
+        let key = text[start + 2..end].split(":?").next().unwrap();
+        let value = VERSIONS
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("versions.env has no {key}"));
+        text.replace_range(start..=end, value);
+    }
+    text
+}
+
+const SERVICES: [&str; 7] = ["etcd1", "etcd2", "etcd3", "zk1", "zk2", "zk3", "k3s"];
+
+/// Keys of the Compose specification this file may use; anything else is a
+/// typo that Docker would reject.
+const SERVICE_KEYS: [&str; 9] = [
+    "image",
+    "command",
+    "environment",
+    "ports",
+    "volumes",
+    "healthcheck",
+    "privileged",
+    "tmpfs",
+    "depends_on",
+];
+
+fn parse(text: &str) -> Value {
+    serde_saphyr::from_str(text).expect("docker-compose.yml is valid YAML")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `--flag=value` from a command list.
+fn flag(command: &[String], name: &str) -> Option<String> {
+    let prefix = format!("--{name}=");
+    command
+        .iter()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+}
+
+/// Every problem found; empty when the file is right.
+fn problems(compose: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(top) = compose.as_object() else {
+        return vec!["the file is not a mapping".into()];
+    };
+    for key in top.keys() {
+        if !["name", "services", "volumes", "networks"].contains(&key.as_str())
+            && !key.starts_with("x-")
+        {
+            found.push(format!("unknown top-level key {key}"));
+        }
+    }
+    let services = top
+        .get("services")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let names: BTreeSet<&str> = services.keys().map(String::as_str).collect();
+    if names != SERVICES.into_iter().collect() {
+        found.push(format!("services are {names:?}, expected {SERVICES:?}"));
+    }
+    let declared: BTreeSet<String> = top
+        .get("volumes")
+        .and_then(Value::as_object)
+        .map(|v| v.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut host_ports = BTreeMap::new();
+    for (name, service) in &services {
+        check_service(name, service, &declared, &mut host_ports, &mut found);
+    }
+    check_etcd(&services, &host_ports, &mut found);
+    check_zookeeper(&services, &mut found);
+    check_k3s(&services, &mut found);
+    found
+}
+
+fn check_service(
+    name: &str,
+    service: &Value,
+    declared: &BTreeSet<String>,
+    host_ports: &mut BTreeMap<u16, String>,
+    found: &mut Vec<String>,
+) {
+    let Some(fields) = service.as_object() else {
+        return found.push(format!("{name}: not a mapping"));
+    };
+    for key in fields.keys() {
+        if !SERVICE_KEYS.contains(&key.as_str()) {
+            found.push(format!("{name}: unknown key {key}"));
+        }
+    }
+    let image = fields.get("image").and_then(Value::as_str).unwrap_or("");
+    match image.rsplit_once(':') {
+        Some((_, tag))
+            if tag != "latest" && tag.chars().any(|c| c.is_ascii_digit()) && !tag.contains('/') => {
+        }
+        _ => found.push(format!(
+            "{name}: image {image:?} is not pinned to a version"
+        )),
+    }
+    let health = fields.get("healthcheck");
+    let test = health.map(|h| strings(&h["test"])).unwrap_or_default();
+    if !matches!(test.first().map(String::as_str), Some("CMD" | "CMD-SHELL")) || test.len() < 2 {
+        found.push(format!("{name}: no health check command"));
+    }
+    for key in ["interval", "timeout"] {
+        let d = health.and_then(|h| h[key].as_str()).unwrap_or("");
+        if !(d.ends_with('s') && d[..d.len().saturating_sub(1)].parse::<u32>().is_ok()) {
+            found.push(format!("{name}: healthcheck {key} {d:?} is not like 5s"));
+        }
+    }
+    if health.and_then(|h| h["retries"].as_u64()).is_none() {
+        found.push(format!("{name}: healthcheck has no retries"));
+    }
+    for port in strings(&fields.get("ports").cloned().unwrap_or_default()) {
+        let parts: Vec<&str> = port.split(':').collect();
+        match parts.as_slice() {
+            ["127.0.0.1", host, container] if container.parse::<u16>().is_ok() => {
+                match host.parse::<u16>() {
+                    Ok(h) => {
+                        if let Some(other) = host_ports.insert(h, name.to_owned()) {
+                            found.push(format!(
+                                "{name}: host port {h} is also published by {other}"
+                            ));
+                        }
+                    }
+                    Err(_) => found.push(format!("{name}: bad host port in {port:?}")),
+                }
+            }
+            _ => found.push(format!(
+                "{name}: port {port:?} is not 127.0.0.1:HOST:CONTAINER"
+            )),
+        }
+    }
+    for volume in strings(&fields.get("volumes").cloned().unwrap_or_default()) {
+        let source = volume.split(':').next().unwrap_or("");
+        if !source.starts_with("./") && !declared.contains(source) {
+            found.push(format!("{name}: volume {source:?} is not declared"));
+        }
+    }
+}
+
+fn check_etcd(
+    services: &serde_json::Map<String, Value>,
+    host_ports: &BTreeMap<u16, String>,
+    found: &mut Vec<String>,
+) {
+    let members: Vec<(&String, Vec<String>)> = services
+        .iter()
+        .filter(|(n, _)| n.starts_with("etcd"))
+        .map(|(n, s)| (n, strings(&s["command"])))
+        .collect();
+    let expected_cluster = members
+        .iter()
+        .map(|(n, _)| format!("{n}=http://{n}:2380"))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (name, command) in &members {
+        if flag(command, "name").as_deref() != Some(name.as_str()) {
+            found.push(format!("{name}: --name does not match the service name"));
+        }
+        if flag(command, "initial-cluster").as_deref() != Some(expected_cluster.as_str()) {
+            found.push(format!(
+                "{name}: --initial-cluster is not {expected_cluster}"
+            ));
+        }
+        if flag(command, "initial-advertise-peer-urls") != Some(format!("http://{name}:2380")) {
+            found.push(format!(
+                "{name}: --initial-advertise-peer-urls does not name itself"
+            ));
+        }
+        // Host clients follow the advertised URL, so it must be this member's published port.
+        let advertised = flag(command, "advertise-client-urls").unwrap_or_default();
+        let port = advertised
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok());
+        if port.and_then(|p| host_ports.get(&p)) != Some(name) {
+            found.push(format!(
+                "{name}: advertised client URL {advertised:?} is not its published port"
+            ));
+        }
+    }
+}
+
+fn check_zookeeper(services: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
+    let zk: Vec<(&String, &Value)> = services
+        .iter()
+        .filter(|(n, _)| n.starts_with("zk"))
+        .collect();
+    let expected = zk
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| format!("server.{}={n}:2888:3888;2181", i + 1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut ids = BTreeSet::new();
+    for (name, service) in &zk {
+        let env = &service["environment"];
+        let id = env["ZOO_MY_ID"].as_str().unwrap_or("");
+        if !ids.insert(id.to_owned()) || Some(id) != name.strip_prefix("zk") {
+            found.push(format!("{name}: ZOO_MY_ID {id:?} is not its own number"));
+        }
+        if env["ZOO_SERVERS"].as_str() != Some(expected.as_str()) {
+            found.push(format!("{name}: ZOO_SERVERS is not {expected:?}"));
+        }
+    }
+}
+
+fn check_k3s(services: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
+    let k3s = &services.get("k3s").cloned().unwrap_or_default();
+    if k3s["privileged"] != Value::Bool(true) {
+        found.push("k3s: must be privileged".into());
+    }
+    let output = k3s["environment"]["K3S_KUBECONFIG_OUTPUT"]
+        .as_str()
+        .unwrap_or("");
+    let dir = output.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+    let mounted = strings(&k3s["volumes"])
+        .iter()
+        .any(|v| v.starts_with("./") && v.ends_with(&format!(":{dir}")));
+    if dir.is_empty() || !mounted {
+        found.push(format!(
+            "k3s: the kubeconfig output {output:?} is not in a host-mounted directory"
+        ));
+    }
+    if !strings(&k3s["ports"]).iter().any(|p| p.ends_with(":6443")) {
+        found.push("k3s: the API port 6443 is not published".into());
+    }
+}
+
+#[test]
+fn the_compose_file_is_well_formed() {
+    let found = problems(&parse(&compose()));
+    assert!(
+        found.is_empty(),
+        "docker-compose.yml:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_checks_catch_broken_files() {
+    let zookeeper = format!("zookeeper:{}", fencing_integration::cache::zookeeper_release());
+    let broken = compose()
+        .replacen(&zookeeper, "zookeeper:latest", 1)
+        .replacen("\"127.0.0.1:22379:2379\"", "\"127.0.0.1:2379:2379\"", 1)
+        .replacen("ZOO_MY_ID: \"3\"", "ZOO_MY_ID: \"1\"", 1)
+        .replacen(
+            "    privileged: true\n",
+            "    privileged: true\n    healtcheck: {}\n",
+            1,
+        )
+        .replacen(
+            "--initial-cluster=etcd1=http://etcd1:2380,etcd2",
+            "--initial-cluster=etcd1=http://etcd1:2380,etcdX",
+            1,
+        );
+    let found = problems(&parse(&broken)).join("\n");
+    for expected in [
+        "zk1: image \"zookeeper:latest\" is not pinned",
+        "etcd2: host port 2379 is also published by etcd1",
+        "zk3: ZOO_MY_ID",
+        "k3s: unknown key healtcheck",
+        "etcd1: --initial-cluster",
+    ] {
+        assert!(found.contains(expected), "missed {expected:?} in:\n{found}");
+    }
+    assert!(problems(&parse("services: {}\n"))
+        .iter()
+        .any(|p| p.starts_with("services are")));
+}
+
+#[test]
+fn the_readme_points_at_ports_the_file_publishes() {
+    let compose = parse(&compose());
+    let published: BTreeSet<String> = compose["services"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|s| strings(&s["ports"]))
+        .filter_map(|p| p.split(':').nth(1).map(str::to_owned))
+        .collect();
+    let section = README
+        .split("## Clusters with Docker Compose")
+        .nth(1)
+        .expect("README has a 'Clusters with Docker Compose' section");
+    let mut urls = 0;
+    for scheme in ["etcd://", "zk://"] {
+        for start in section.match_indices(scheme).map(|(i, _)| i + scheme.len()) {
+            let hosts = section[start..].split('/').next().unwrap();
+            for host in hosts.split(',') {
+                let port = host.rsplit(':').next().unwrap();
+                assert!(
+                    published.contains(port),
+                    "README uses {host}, which docker-compose.yml does not publish"
+                );
+            }
+            urls += 1;
+        }
+    }
+    assert!(
+        urls >= 2,
+        "the README section shows an etcd and a ZooKeeper URL"
+    );
+    assert!(section.contains("kube://default?kubeconfig=.compose/k3s/kubeconfig.yaml"));
+}
+
+#[test]
+fn the_images_are_the_releases_the_suite_runs() {
+    let link = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.env");
+    assert_eq!(
+        std::fs::read_link(&link).expect(".env is a link"),
+        std::path::Path::new("versions.env"),
+        "docker compose reads .env: it must be versions.env"
+    );
+    let compose = parse(&compose());
+    for (service, expected) in [
+        ("etcd1", format!("quay.io/coreos/etcd:v{}", fencing_integration::cache::etcd_release())),
+        ("zk1", format!("zookeeper:{}", fencing_integration::cache::zookeeper_release())),
+    ] {
+        assert_eq!(compose["services"][service]["image"].as_str(), Some(expected.as_str()));
+    }
+    assert!(
+        !COMPOSE_FILE.contains(fencing_integration::cache::etcd_release()),
+        "docker-compose.yml names the etcd release itself instead of reading versions.env"
+    );
+}

@@ -1,0 +1,393 @@
+//! EtcdSource under faults on real 3-member clusters, on etcd 3.4 and 3.6:
+//! leader loss, full restarts, a holder process frozen past its TTL, a key
+//! deleted behind the holder's back, 64 waiters on one lock.
+
+use std::time::Duration;
+
+use fencing::{AcquireOptions, Error, FencingSource, Gate, ResourceName};
+use fencing_etcd::{EtcdConfig, EtcdSource};
+use fencing_integration::etcd::cluster::EtcdVersion;
+use fencing_integration::etcd::fixture::EtcdFixture;
+use fencing_integration::scenarios;
+
+fn r(name: &str) -> ResourceName {
+    ResourceName::new(name).unwrap()
+}
+
+fn opts(ttl: Duration) -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30))
+}
+
+/// The leader dies while one client holds the lock and another waits:
+/// tokens keep increasing and the lock never has two holders.
+async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
+    let mut f = EtcdFixture::start(version).await;
+    let sources = [f.source().await, f.source().await, f.source().await];
+    let dir = format!("{}/leader-kill/", f.prefix);
+    let observer = sources[2].client();
+    let queued = || {
+        let (mut client, dir) = (observer.clone(), dir.clone());
+        async move {
+            let only_count = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client
+                .get(dir, Some(only_count))
+                .await
+                .map_or(0, |r| r.count() as usize)
+        }
+    };
+    scenarios::leader_loss(&mut f.cluster, sources, queued, Duration::from_secs(5)).await;
+}
+
+/// Every member restarts (same data): tokens continue upward.
+async fn all_members_restarted(version: EtcdVersion) {
+    let mut f = EtcdFixture::start(version).await;
+    let cfg = f.config(f.cluster.endpoints());
+    let connect = || async { EtcdSource::connect(cfg.clone()).await.expect("connect") };
+    scenarios::full_restart(&mut f.cluster, connect).await;
+}
+
+/// The reference's pause with real processes: a holder frozen past its TTL
+/// writes after a second holder did; EtcdGate and a FileGate refuse it.
+async fn frozen_holder_process_is_fenced(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let url = format!(
+        "etcd://{}{}?ttl=2",
+        f.cluster.endpoints().join(","),
+        f.prefix
+    );
+    let b = f.source().await;
+    let gate = b.gate("/fencing-test-gate").unwrap();
+    let holder = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
+    fencing_integration::frozen::frozen_holder_is_fenced(holder, &url, &b, &gate).await;
+}
+
+/// A lock key deleted by someone else: the grant is lost at once.
+async fn key_deleted_behind_our_back(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let a = f.source().await;
+    let g = a
+        .acquire(&r("deleted"), &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    a.client().delete(g.key(), None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("lost() did not fire");
+    assert!(!a.validate(&g).await.unwrap());
+}
+
+/// A held key is deleted while the source's watch stream is down, and the
+/// history is compacted before the stream comes back: the re-created watch
+/// cannot replay the delete (the server cancels it), so the key must be
+/// read, and the grant lost. Another grant's watch, cancelled the same way,
+/// must come back and still see a later delete.
+async fn key_deleted_and_compacted_while_the_watch_stream_is_down(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let mut observer = f.source().await.client();
+    let long = opts(Duration::from_secs(10));
+    let deleted = a.acquire(&r("compacted"), &long).await.unwrap();
+    let kept = a.acquire(&r("compacted-kept"), &long).await.unwrap();
+
+    partition.set(true);
+    partition.cut_connections();
+    observer.delete(deleted.key(), None).await.unwrap();
+    let rev = observer.put("/compact-me", "x", None).await.unwrap();
+    let rev = rev.header().unwrap().revision();
+    let physical = etcd_client::CompactionOptions::new().with_physical();
+    observer.compact(rev, Some(physical)).await.unwrap();
+    partition.set(false);
+
+    tokio::time::timeout(Duration::from_secs(5), deleted.lost())
+        .await
+        .expect("a key deleted before a compaction went unnoticed");
+    assert!(kept.is_live(), "the kept grant was lost");
+    observer.delete(kept.key(), None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), kept.lost())
+        .await
+        .expect("the watch of the kept grant did not come back after the compaction");
+}
+
+/// A release's delete that reaches the cluster late (held in the network
+/// while the client gave up on it and re-sent it to another member, its
+/// cancellation lost) must not delete the grant the same source made
+/// meanwhile: same lease, so the same key name. The fault campaign found
+/// this with a plain delete (etcd 3.6, seed 12).
+async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
+    use fencing_integration::net::proxy::Proxy;
+    let f = EtcdFixture::start(version).await;
+    let members = f.cluster.endpoints();
+    let (late, direct) = (
+        Proxy::start(members[0].parse().unwrap()).await.unwrap(),
+        Proxy::start(members[1].parse().unwrap()).await.unwrap(),
+    );
+    let source = EtcdSource::connect(f.config(vec![late.endpoint(), direct.endpoint()]))
+        .await
+        .expect("connect");
+    let mut observer = f.source().await.client();
+    let lock = r("late-delete");
+    let long = opts(Duration::from_secs(10));
+    // The client picks a member per request; try until a release's first
+    // send went to the held one (the release then needed a re-send).
+    for _ in 0..20 {
+        let first = source.acquire(&lock, &long).await.unwrap();
+        late.set_requests_held(true);
+        let started = std::time::Instant::now();
+        first
+            .release()
+            .await
+            .expect("release (re-sent to the other member)");
+        let resent = started.elapsed() >= Duration::from_millis(200);
+        let next = if resent {
+            Some(source.acquire(&lock, &long).await.unwrap())
+        } else {
+            None
+        };
+        late.set_requests_held(false);
+        let Some(next) = next else { continue };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let key = observer.get(next.key(), None).await.unwrap();
+        let created = key.kvs().first().map(|kv| kv.create_revision());
+        assert_eq!(
+            created,
+            Some(i64::try_from(next.token()).unwrap()),
+            "the late delete removed the next grant's key"
+        );
+        assert!(next.is_live(), "the next grant was lost to a late delete");
+        next.release().await.unwrap();
+        return;
+    }
+    panic!("no release was sent to the held member first in 20 tries");
+}
+
+/// 64 waiters on one lock: each hand-over wakes exactly one waiter.
+async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let holder = f.source().await;
+    let mut waiters = Vec::new();
+    for _ in 0..scenarios::HERD {
+        waiters.push(f.source().await);
+    }
+    let dir = format!("{}/herd/", f.prefix);
+    let count = || {
+        let (mut client, dir) = (holder.client(), dir.clone());
+        async move {
+            let only_count = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client.get(dir, Some(only_count)).await.unwrap().count() as usize
+        }
+    };
+    scenarios::no_thundering_herd(holder.clone(), waiters, count, EtcdSource::waiter_wakeups).await;
+}
+
+/// Grants and gates refuse tokens of another cluster.
+async fn foreign_cluster_is_refused(version: EtcdVersion) {
+    let (x, y) = (
+        EtcdFixture::start(version).await,
+        EtcdFixture::start(version).await,
+    );
+    let (sx, sy) = (x.source().await, y.source().await);
+    let g = sx
+        .acquire(&r("foreign"), &opts(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        sy.validate(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    let gate = sy.gate("/fencing-test-gate").unwrap();
+    assert!(matches!(
+        gate.admit_grant(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(
+        gate.high_water(g.resource()).await.unwrap(),
+        None,
+        "nothing was written"
+    );
+    g.release().await.unwrap();
+}
+
+/// A guarded txn writes only while the grant holds the lock.
+async fn guarded_txn_refuses_a_superseded_grant(version: EtcdVersion) {
+    use fencing_etcd::etcd_client::TxnOp;
+    let f = EtcdFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
+    let lock = r("guarded");
+    let ga = a
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    a.guarded_txn(&ga, vec![TxnOp::put("/data/x", "from-a", None)])
+        .await
+        .unwrap();
+    partition.set(true);
+    let gb = b
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    b.guarded_txn(&gb, vec![TxnOp::put("/data/x", "from-b", None)])
+        .await
+        .unwrap();
+    partition.set(false);
+    // The first send after the heal may meet the connection the partition
+    // broke: an unknown outcome is the honest answer then, and the value
+    // check below catches a late write that did apply.
+    let mut result = Err(Error::backend("test", "not sent"));
+    for _ in 0..5 {
+        result = a
+            .guarded_txn(&ga, vec![TxnOp::put("/data/x", "late-a", None)])
+            .await;
+        if !matches!(result, Err(Error::OutcomeUnknown { .. })) {
+            break;
+        }
+    }
+    match result {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("superseded guarded write: {other:?}"),
+    }
+    let value = b.client().get("/data/x", None).await.unwrap().kvs()[0]
+        .value()
+        .to_vec();
+    assert_eq!(value, b"from-b");
+    gb.release().await.unwrap();
+}
+
+/// The answer to a guarded txn is lost after the cluster applied it (the
+/// replies are dropped, then the connection is cut). The txn must not be
+/// sent again: its lock compare still holds, so a second copy would apply
+/// the caller's operations twice. The caller learns the outcome is unknown.
+async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let mut observer = f.source().await.client();
+    let g = a
+        .acquire(&r("once"), &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let data = "/fencing-test-data/once";
+    partition.set_replies_dropped(true);
+    let write = tokio::spawn(async move {
+        let put = fencing_etcd::etcd_client::TxnOp::put(data, "v", None);
+        let result = a.guarded_txn(&g, vec![put]).await;
+        (result, g)
+    });
+    let applied = tokio::time::Instant::now() + Duration::from_secs(10);
+    while observer.get(data, None).await.unwrap().kvs().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < applied,
+            "the txn never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    partition.cut_connections();
+    partition.set_replies_dropped(false);
+    let (result, _g) = write.await.unwrap();
+    let times = observer.get(data, None).await.unwrap().kvs()[0].version();
+    assert_eq!(
+        times, 1,
+        "applied {times} times; guarded_txn returned {result:?}"
+    );
+    assert!(
+        matches!(result, Err(Error::OutcomeUnknown { .. })),
+        "a txn whose answer was lost must report an unknown outcome: {result:?}"
+    );
+}
+
+/// A release cut off by a 4 s network blip (longer than the request
+/// timeout) is retried until it goes through, instead of leaving the key on
+/// a session that lives on and blocking every other process.
+async fn failed_release_is_retried(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
+    scenarios::failed_release_is_retried(
+        holder,
+        &partition,
+        waiter,
+        Duration::from_secs(15),
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+/// A waiter whose session is lost while it is queued (a partition longer
+/// than the TTL) queues again with a new session instead of giving up.
+async fn waiter_requeues_after_losing_its_session(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let holder = f.source().await;
+    let (waiter, partition) = f.partitionable_source().await;
+    scenarios::waiter_requeues_after_losing_its_session(
+        holder,
+        waiter,
+        &partition,
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+/// Bad input: unreachable endpoints time out naming them; a bad prefix and
+/// a resource with '/' are refused.
+async fn bad_input_is_refused(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (_, partition) = f.partitionable_source().await;
+    partition.set(true);
+    let dead = fencing_integration::net::proxy::Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
+        .await
+        .unwrap();
+    dead.set_blackhole(true);
+    let cfg = EtcdConfig::new([dead.endpoint()], "/p")
+        .unwrap()
+        .request_timeout(Duration::from_millis(800));
+    let started = tokio::time::Instant::now();
+    match fencing_etcd::EtcdSource::connect(cfg).await {
+        Err(Error::Timeout { operation, .. }) => {
+            assert!(operation.contains(&dead.endpoint()), "{operation}")
+        }
+        other => panic!("unreachable cluster: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        EtcdConfig::new(f.cluster.endpoints(), ""),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        EtcdConfig::new(f.cluster.endpoints(), "/a\0b"),
+        Err(Error::Config(_))
+    ));
+    let s = f.source().await;
+    assert!(matches!(
+        s.acquire(
+            &ResourceName::nonportable("a/b").unwrap(),
+            &opts(Duration::from_secs(2))
+        )
+        .await,
+        Err(Error::InvalidResource { .. })
+    ));
+}
+
+fencing_integration::on_both_etcd_versions!(
+    leader_killed_while_held_and_waited_for,
+    all_members_restarted,
+    frozen_holder_process_is_fenced,
+    key_deleted_behind_our_back,
+    key_deleted_and_compacted_while_the_watch_stream_is_down,
+    late_release_delete_spares_the_next_grant,
+    sixty_four_waiters_no_herd,
+    foreign_cluster_is_refused,
+    guarded_txn_refuses_a_superseded_grant,
+    guarded_txn_is_never_applied_twice,
+    failed_release_is_retried,
+    waiter_requeues_after_losing_its_session,
+    bad_input_is_refused,
+);

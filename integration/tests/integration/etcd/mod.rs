@@ -1,0 +1,8 @@
+//! etcd 3.4 and 3.6 clusters on loopback.
+
+mod conformance;
+mod faults;
+mod harness;
+mod interop;
+mod many_locks;
+mod security;

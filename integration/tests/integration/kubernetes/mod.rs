@@ -1,0 +1,8 @@
+//! A kube-apiserver on its own etcd.
+
+mod conformance;
+mod faults;
+mod harness;
+mod in_cluster;
+mod interop;
+mod security;

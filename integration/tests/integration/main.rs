@@ -1,0 +1,17 @@
+//! Every integration test of the workspace's real-cluster harness, in one
+//! test binary (one link instead of one per file): a module per backend,
+//! then the tests that span backends.
+//!
+//! Run one backend with a filter, e.g.
+//! `cargo test -p fencing-integration --test integration -- etcd::`.
+
+mod etcd;
+mod kubernetes;
+mod postgres;
+mod zk;
+
+mod cluster_gate_sources;
+mod docker_compose;
+mod election;
+mod local_crash;
+mod member_faults;

@@ -1,0 +1,356 @@
+//! The PostgreSQL gates on a real server: concurrent writers with
+//! interleaved tokens, retries, and marks that survive a restart and a crash.
+
+use std::sync::Arc;
+
+use fencing::{Error, FencingToken, Gate, ResourceName, SourceId};
+use fencing_integration::postgres::server::PgServer;
+use fencing_postgres::{FenceTable, FencedUpdate, PgGate};
+
+const WRITERS: u64 = 4;
+const WRITES: u64 = 25;
+
+fn t(v: u64) -> FencingToken {
+    FencingToken::new(v)
+}
+
+/// Writer `w`'s i-th token: the writers' tokens interleave.
+fn token_of(w: u64, i: u64) -> FencingToken {
+    t(i * WRITERS + w + 1)
+}
+
+/// Many writers on one row through a fence column: the row ends with the
+/// highest token's value, and every refusal names a higher mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_column_keeps_the_highest_writer() {
+    let pg = PgServer::start().await.unwrap();
+    let setup = pg.client().await.unwrap();
+    setup
+        .batch_execute(
+            "CREATE TABLE accounts (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+             INSERT INTO accounts (id, value) VALUES (1, 'initial');",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("accounts", "id", "fence", &["value"]).unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let client = pg.client().await.unwrap();
+        let update = update.clone();
+        tasks.push(tokio::spawn(async move {
+            let prepared = update.prepare(&client).await.unwrap();
+            let mut verdicts = Vec::new();
+            for i in 0..WRITES {
+                let token = token_of(w, i);
+                let value = format!("written with {token}");
+                match prepared.execute(&client, &1i64, &[&value], token).await {
+                    Ok(1) => verdicts.push((token, true)),
+                    Err(Error::Stale { presented, highest }) => {
+                        assert_eq!(presented, token);
+                        assert!(
+                            highest > presented,
+                            "refused {presented} though the fence was {highest}"
+                        );
+                        verdicts.push((token, false));
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            verdicts
+        }));
+    }
+    let mut verdicts = Vec::new();
+    for task in tasks {
+        verdicts.extend(task.await.unwrap());
+    }
+    let highest = token_of(WRITERS - 1, WRITES - 1);
+    assert!(
+        verdicts.contains(&(highest, true)),
+        "the highest token must be accepted"
+    );
+    let row = setup
+        .query_one("SELECT value, fence FROM accounts WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), format!("written with {highest}"));
+    assert_eq!(
+        FencingToken::try_from(row.get::<_, i64>(1)).unwrap(),
+        highest
+    );
+    let refused = verdicts.iter().filter(|(_, ok)| !ok).count();
+    eprintln!("{} writes, {refused} refused as stale", verdicts.len());
+
+    // A retry with the current token passes; a missing row is no error.
+    let prepared = update.prepare(&setup).await.unwrap();
+    assert_eq!(
+        prepared
+            .execute(&setup, &1i64, &[&"retry".to_owned()], highest)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        prepared
+            .execute(&setup, &2i64, &[&"none".to_owned()], highest)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+/// The general case: the fence table advanced in the write's transaction.
+/// An audit row written in the same transaction records the order the
+/// database applied the writes in: their tokens never decrease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_table_in_the_writes_transaction() {
+    let pg = PgServer::start().await.unwrap();
+    let setup = pg.client().await.unwrap();
+    setup
+        .batch_execute(
+            "CREATE TABLE doc (id INT PRIMARY KEY, body TEXT NOT NULL);
+             INSERT INTO doc VALUES (1, 'initial');
+             CREATE TABLE applied (seq BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL);",
+        )
+        .await
+        .unwrap();
+    let fences = FenceTable::new("fencing_marks").unwrap();
+    fences.create(&setup).await.unwrap();
+    let doc = ResourceName::new("doc-1").unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = pg.client().await.unwrap();
+        let (fences, doc) = (fences.clone(), doc.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut refused = 0;
+            for i in 0..WRITES {
+                let token = token_of(w, i);
+                let tx = client.transaction().await.unwrap();
+                match fences.admit(&tx, &doc, token).await {
+                    Ok(()) => {
+                        let mark = i64::try_from(token).unwrap();
+                        tx.execute(
+                            "UPDATE doc SET body = $1 WHERE id = 1",
+                            &[&format!("v{token}")],
+                        )
+                        .await
+                        .unwrap();
+                        tx.execute("INSERT INTO applied (token) VALUES ($1)", &[&mark])
+                            .await
+                            .unwrap();
+                        tx.commit().await.unwrap();
+                    }
+                    Err(Error::Stale { presented, highest }) => {
+                        assert!(highest > presented);
+                        refused += 1;
+                        tx.rollback().await.unwrap();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            refused
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let applied: Vec<i64> = setup
+        .query("SELECT token FROM applied ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        applied.windows(2).all(|w| w[0] <= w[1]),
+        "the database applied a lower token after a higher one: {applied:?}"
+    );
+    let highest = token_of(WRITERS - 1, WRITES - 1);
+    let body: String = setup
+        .query_one("SELECT body FROM doc WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(body, format!("v{highest}"));
+    assert_eq!(
+        fences.high_water(&setup, &doc).await.unwrap(),
+        Some(highest)
+    );
+}
+
+/// PgGate: retries pass, and the marks survive a clean restart and a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marks_survive_restart_and_crash() {
+    let mut pg = PgServer::start().await.unwrap();
+    let r = ResourceName::new("orders").unwrap();
+    {
+        let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+            .await
+            .unwrap();
+        gate.admit(&r, t(10)).await.unwrap();
+        gate.admit(&r, t(10))
+            .await
+            .expect("retry with the same token");
+    }
+    pg.restart().await.unwrap();
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+        .await
+        .unwrap();
+    match gate.admit(&r, t(9)).await {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(9), t(10))),
+        other => panic!("after restart: {other:?}"),
+    }
+    gate.admit(&r, t(11)).await.unwrap();
+    drop(gate);
+    pg.kill();
+    pg.restart().await.unwrap();
+    let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
+        .await
+        .unwrap();
+    assert_eq!(
+        gate.high_water(&r).await.unwrap(),
+        Some(t(11)),
+        "a committed mark was lost in the crash"
+    );
+    assert!(matches!(
+        gate.admit(&r, t(10)).await,
+        Err(Error::Stale { .. })
+    ));
+}
+
+/// A fence column added to a table that already had rows holds NULL in
+/// them: such a row was never written under a token, so any token may
+/// write it (and fences it from then on). It must never panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_fence_admits_and_never_panics() {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE items (id BIGINT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO items VALUES (1, 'before fencing');
+             ALTER TABLE items ADD COLUMN fence BIGINT;",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("items", "id", "fence", &["value"])
+        .unwrap()
+        .prepare(&client)
+        .await
+        .unwrap();
+    let written = update
+        .execute(&client, &1i64, &[&"first fenced".to_owned()], t(7))
+        .await;
+    assert_eq!(written.unwrap(), 1, "a NULL fence admits");
+    let row = client
+        .query_one("SELECT value, fence FROM items WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "first fenced");
+    assert_eq!(row.get::<_, Option<i64>>(1), Some(7));
+    match update
+        .execute(&client, &1i64, &[&"late".to_owned()], t(6))
+        .await
+    {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(6), t(7))),
+        other => panic!("a lower token after the first fenced write: {other:?}"),
+    }
+}
+
+/// A refused update is reported as refused even when the row disappears
+/// right after the UPDATE. The race is made deterministic by a statement
+/// trigger that deletes the row at the end of every UPDATE of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE docs (id BIGINT PRIMARY KEY, body TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+             INSERT INTO docs VALUES (1, 'newer', 10);
+             CREATE FUNCTION delete_doc() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN DELETE FROM docs WHERE id = 1; RETURN NULL; END $$;
+             CREATE TRIGGER delete_after_update AFTER UPDATE ON docs
+               FOR EACH STATEMENT EXECUTE FUNCTION delete_doc();",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("docs", "id", "fence", &["body"])
+        .unwrap()
+        .prepare(&client)
+        .await
+        .unwrap();
+    let outcome = update
+        .execute(&client, &1i64, &[&"stale".to_owned()], t(5))
+        .await;
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM docs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "the trigger deleted the row after the UPDATE");
+    match outcome {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(10))),
+        other => panic!("a refused write reported as {other:?}"),
+    }
+}
+
+/// Marks are bound to the source of the token that set them: a higher
+/// token of another source is refused and the mark kept. A table made
+/// before marks had sources gains the column, and its marks are unbound
+/// until a bound admit binds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_gate_refuses_another_sources_token() {
+    let pg = PgServer::start().await.unwrap();
+    let client = Arc::new(pg.client().await.unwrap());
+    client
+        .batch_execute(
+            "CREATE TABLE fencing_marks (resource TEXT PRIMARY KEY, mark BIGINT NOT NULL CHECK (mark >= 0));
+             INSERT INTO fencing_marks VALUES ('old', 4);",
+        )
+        .await
+        .unwrap();
+    let gate = PgGate::new(client.clone(), "fencing_marks").await.unwrap();
+    let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
+    let r = ResourceName::new("orders").unwrap();
+    gate.admit_from(&r, &a, t(5)).await.unwrap();
+    match gate.admit_from(&r, &b, t(9)).await {
+        Err(Error::ForeignSource {
+            expected,
+            presented,
+        }) => {
+            assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
+        }
+        other => panic!("a higher token of another source: {other:?}"),
+    }
+    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(5)));
+    gate.admit_from(&r, &a, t(5)).await.expect("a retry of a");
+    gate.admit_from(&r, &a, t(6)).await.unwrap();
+    assert!(matches!(
+        gate.admit(&r, t(7)).await,
+        Err(Error::UnnamedSource { .. })
+    ));
+    match gate.admit_from(&r, &a, t(3)).await {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(3), t(6))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(6)));
+
+    let old = ResourceName::new("old").unwrap();
+    gate.admit(&old, t(4))
+        .await
+        .expect("an unbound mark takes the unbound form");
+    gate.admit_from(&old, &b, t(5)).await.unwrap();
+    assert!(matches!(
+        gate.admit_from(&old, &a, t(6)).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(gate.high_water(&old).await.unwrap(), Some(t(5)));
+}
+
+/// Identifiers are checked, not escaped.
+#[test]
+fn bad_identifiers_are_refused() {
+    assert!(FencedUpdate::new("accounts; DROP TABLE x", "id", "fence", &["v"]).is_err());
+    assert!(FencedUpdate::new("accounts", "id", "fence", &["v\""]).is_err());
+    assert!(FenceTable::new("").is_err());
+}

@@ -1,0 +1,4 @@
+//! PostgreSQL servers for the storage-side gates.
+
+mod gate;
+mod harness;

@@ -1,0 +1,417 @@
+//! ZkSource under faults on real 3-server ensembles, on ZooKeeper 3.8 and
+//! 3.9: leader loss, full restarts, a holder process frozen past its session
+//! timeout, a lock parent deleted and recreated, a node deleted behind the
+//! holder's back, 64 waiters, ACLs and bad input.
+
+use std::time::Duration;
+
+use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
+use fencing_integration::net::proxy::Proxy;
+use fencing_integration::scenarios;
+use fencing_integration::zk::ensemble::ZkVersion;
+use fencing_integration::zk::fixture::ZkFixture;
+use fencing_zookeeper::{ZkConfig, ZkSource};
+
+fn r(name: &str) -> ResourceName {
+    ResourceName::new(name).unwrap()
+}
+
+fn opts(session_timeout: Duration) -> AcquireOptions {
+    AcquireOptions::new()
+        .ttl(session_timeout)
+        .timeout(Duration::from_secs(30))
+}
+
+/// The leader dies while one client holds the lock and another waits:
+/// tokens keep increasing across the new epoch; never two holders.
+async fn leader_killed_while_held_and_waited_for(version: ZkVersion) {
+    let mut f = ZkFixture::start(version).await;
+    let sources = [f.source().await, f.source().await, f.source().await];
+    let observer = sources[2].client().await.unwrap();
+    let dir = format!("{}/leader-kill", f.path);
+    let queued = || {
+        let (client, dir) = (observer.clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
+    };
+    let [first, _, third] =
+        scenarios::leader_loss(&mut f.ensemble, sources, queued, Duration::from_secs(6)).await;
+    let epoch = |t: FencingToken| t.get() >> 32;
+    assert!(
+        epoch(third) > epoch(first),
+        "no new epoch in the zxid after the leader change"
+    );
+}
+
+/// Every server restarts (same data): tokens continue upward.
+async fn all_servers_restarted(version: ZkVersion) {
+    let mut f = ZkFixture::start(version).await;
+    let cfg = f.config(f.ensemble.endpoints());
+    let connect = || async { ZkSource::connect(cfg.clone()).await.expect("connect") };
+    scenarios::full_restart(&mut f.ensemble, connect).await;
+}
+
+/// The reference's pause with real processes: a holder frozen past its
+/// session timeout writes after a second holder did; ZkGate and a FileGate
+/// refuse it.
+async fn frozen_holder_process_is_fenced(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let url = format!(
+        "zk://{}{}?session_timeout=2&ensemble={}",
+        f.ensemble.connect_string(),
+        f.path,
+        f.name
+    );
+    let b = f.source().await;
+    let gate = b.gate("/fencing-test/gate").await.unwrap();
+    let holder = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
+    fencing_integration::frozen::frozen_holder_is_fenced(holder, &url, &b, &gate).await;
+}
+
+/// The lock's parent is deleted and recreated between grants: the sequence
+/// suffix restarts at 0, the czxid token still increases.
+async fn parent_recreated_tokens_still_increase(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let s = f.source().await;
+    let lock = r("recreated");
+    let g1 = s
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let (t1, key1) = (g1.token(), g1.key().to_owned());
+    g1.release().await.unwrap();
+    let dir = format!("{}/recreated", f.path);
+    s.client().await.unwrap().delete(&dir, None).await.unwrap();
+    let g2 = s
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let suffix = |k: &str| k.rsplit("lock-").next().unwrap().to_owned();
+    assert_eq!(
+        suffix(&key1),
+        suffix(g2.key()),
+        "the sequence restarted with the new parent"
+    );
+    assert!(g2.token() > t1, "token {} after {t1}", g2.token());
+    g2.release().await.unwrap();
+}
+
+/// A lock node deleted by someone else: the grant is lost at once.
+async fn node_deleted_behind_our_back(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let a = f.source().await;
+    let g = a
+        .acquire(&r("deleted"), &opts(Duration::from_secs(6)))
+        .await
+        .unwrap();
+    f.source()
+        .await
+        .client()
+        .await
+        .unwrap()
+        .delete(g.key(), None)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("lost() did not fire");
+    assert!(!a.validate(&g).await.unwrap());
+}
+
+/// 64 waiters on one lock: each hand-over wakes exactly one waiter.
+async fn sixty_four_waiters_no_herd(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let holder = f.source().await;
+    let mut waiters = Vec::new();
+    for _ in 0..scenarios::HERD {
+        waiters.push(f.source().await);
+    }
+    let client = holder.client().await.unwrap();
+    let dir = format!("{}/herd", f.path);
+    let count = || {
+        let (client, dir) = (client.clone(), dir.clone());
+        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
+    };
+    scenarios::no_thundering_herd(holder.clone(), waiters, count, ZkSource::waiter_wakeups).await;
+}
+
+/// Grants and gates refuse tokens of another ensemble.
+async fn foreign_ensemble_is_refused(version: ZkVersion) {
+    let (x, y) = (
+        ZkFixture::start_with(version, 1).await,
+        ZkFixture::start_with(version, 1).await,
+    );
+    let (sx, sy) = (x.source().await, y.source().await);
+    let g = sx
+        .acquire(&r("foreign"), &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(matches!(
+        sy.validate(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    let gate = sy.gate("/fencing-test/gate").await.unwrap();
+    assert!(matches!(
+        gate.admit_grant(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(
+        gate.high_water(g.resource()).await.unwrap(),
+        None,
+        "nothing was written"
+    );
+    g.release().await.unwrap();
+}
+
+/// A guarded multi writes only while the grant's node exists.
+async fn guarded_multi_refuses_a_superseded_grant(version: ZkVersion) {
+    use fencing_zookeeper::zookeeper_client::{Acls, CreateMode};
+    let f = ZkFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
+    b.client()
+        .await
+        .unwrap()
+        .create(
+            "/data",
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let lock = r("guarded");
+    let ga = a
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    a.guarded_multi(&ga, |w| w.add_set_data("/data", b"from-a", None))
+        .await
+        .unwrap();
+    partition.set(true);
+    let gb = b
+        .acquire(&lock, &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    b.guarded_multi(&gb, |w| w.add_set_data("/data", b"from-b", None))
+        .await
+        .unwrap();
+    partition.set(false);
+    // The partitioned client's session is gone; a fresh client of A's
+    // configuration (same identity) carries its stale grant's write.
+    let late = f.source().await;
+    match late
+        .guarded_multi(&ga, |w| w.add_set_data("/data", b"late-a", None))
+        .await
+    {
+        Err(Error::Lost { .. }) => {}
+        other => panic!("superseded guarded write: {other:?}"),
+    }
+    let (data, _) = b.client().await.unwrap().get_data("/data").await.unwrap();
+    assert_eq!(data, b"from-b");
+    gb.release().await.unwrap();
+}
+
+/// With digest credentials lock nodes are creator-only: a client with other
+/// credentials can neither delete the holder's node nor take the lock.
+async fn digest_acls_protect_lock_nodes(version: ZkVersion) {
+    let f = ZkFixture::start_with(version, 1).await;
+    let cfg = |user: &str, pw: &str| f.config(f.ensemble.endpoints()).digest(user, pw);
+    let owner = ZkSource::connect(cfg("fencer", "secret")).await.unwrap();
+    let g = owner
+        .acquire(&r("acl"), &opts(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let intruder = ZkSource::connect(cfg("fencer", "wrong")).await.unwrap();
+    let deleted = intruder.client().await.unwrap().delete(g.key(), None).await;
+    assert!(
+        matches!(
+            deleted,
+            Err(fencing_zookeeper::zookeeper_client::Error::NoAuth)
+        ),
+        "{deleted:?}"
+    );
+    match intruder
+        .try_acquire(&r("acl"), &opts(Duration::from_secs(2)))
+        .await
+    {
+        Err(Error::PermissionDenied(msg)) => assert!(msg.contains("ZooKeeper"), "{msg}"),
+        other => panic!("wrong password took part in the lock: {other:?}"),
+    }
+    assert!(owner.validate(&g).await.unwrap());
+    g.release().await.unwrap();
+}
+
+/// A release cut off by a 4 s network blip (longer than the request
+/// timeout) is retried until it goes through, instead of leaving the key on
+/// a session that lives on and blocking every other process.
+async fn failed_release_is_retried(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
+    scenarios::failed_release_is_retried(
+        holder,
+        &partition,
+        waiter,
+        Duration::from_secs(15),
+        Duration::from_secs(4),
+    )
+    .await;
+}
+
+/// An acquire dropped while its create is unanswered (the replies are lost,
+/// the acquire times out) must not leave its node behind: that node would
+/// be first in line for as long as the session lives, blocking everyone.
+async fn abandoned_create_leaves_no_node(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
+    let lock = r("abandoned");
+    let ttl = Duration::from_secs(15);
+    // The session and the lock's parent exist before the fault.
+    a.acquire(&lock, &opts(ttl))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    partition.set_replies_dropped(true);
+    let abandoned = a
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_millis(1500)))
+        .await;
+    assert!(
+        matches!(abandoned, Err(Error::Timeout { .. })),
+        "{abandoned:?}"
+    );
+    partition.set_replies_dropped(false);
+    let started = tokio::time::Instant::now();
+    let granted = b
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_secs(10)))
+        .await;
+    let waited = started.elapsed();
+    let children = b
+        .client()
+        .await
+        .unwrap()
+        .list_children(&format!("{}/abandoned", f.path))
+        .await;
+    let g = granted.unwrap_or_else(|e| {
+        panic!("the abandoned create's node blocks the lock: {e}; lock children {children:?}")
+    });
+    eprintln!("granted {waited:?} after the fault ended");
+    g.release().await.unwrap();
+}
+
+/// A grant whose session timeout the ensemble capped (100 s asked, 60 s
+/// allowed): a guarded multi must use an open session, not open a new one
+/// on every call because no session is filed under the negotiated timeout.
+async fn guarded_multi_opens_no_extra_session(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let s = f.source().await;
+    let g = s
+        .acquire(&r("capped"), &opts(Duration::from_secs(100)))
+        .await
+        .unwrap();
+    assert_eq!(
+        g.ttl(),
+        Duration::from_secs(60),
+        "maxSessionTimeout caps it"
+    );
+    let before = s.open_sessions().await;
+    for i in 0..3 {
+        s.guarded_multi(&g, |w| {
+            w.add_create(
+                &format!("/fencing-test/capped-{i}"),
+                b"",
+                &fencing_zookeeper::zookeeper_client::CreateMode::Persistent
+                    .with_acls(fencing_zookeeper::zookeeper_client::Acls::anyone_all()),
+            )
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        s.open_sessions().await,
+        before,
+        "guarded_multi opened sessions"
+    );
+    g.release().await.unwrap();
+}
+
+/// A waiter whose session is lost while it is queued (a partition longer
+/// than the TTL) queues again with a new session instead of giving up.
+async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let holder = f.source().await;
+    let (waiter, partition) = f.partitionable_source().await;
+    scenarios::waiter_requeues_after_losing_its_session(
+        holder,
+        waiter,
+        &partition,
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+/// Bad input: unreachable ensembles time out naming the hosts; bad paths
+/// and resource names are refused.
+async fn bad_input_is_refused(version: ZkVersion) {
+    let f = ZkFixture::start_with(version, 1).await;
+    let dead = Proxy::start(f.ensemble.endpoints()[0].parse().unwrap())
+        .await
+        .unwrap();
+    dead.set_blackhole(true);
+    let cfg = f
+        .config(vec![dead.endpoint()])
+        .request_timeout(Duration::from_millis(800));
+    let started = tokio::time::Instant::now();
+    match ZkSource::connect(cfg).await {
+        Err(Error::Timeout { operation, .. }) => {
+            assert!(operation.contains(&dead.endpoint()), "{operation}")
+        }
+        other => panic!("unreachable ensemble: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    for path in ["relative", "/ends/", "/a//b", "/a/./b", "/a/../b", "/"] {
+        assert!(
+            matches!(
+                ZkConfig::new(f.ensemble.endpoints(), path),
+                Err(Error::Config(_))
+            ),
+            "{path}"
+        );
+    }
+    let s = f.source().await;
+    for bad in ["a/b", "..", "."] {
+        assert!(
+            matches!(
+                s.acquire(
+                    &ResourceName::nonportable(bad).unwrap(),
+                    &opts(Duration::from_secs(2))
+                )
+                .await,
+                Err(Error::InvalidResource { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+fencing_integration::on_both_zk_versions!(
+    leader_killed_while_held_and_waited_for,
+    all_servers_restarted,
+    frozen_holder_process_is_fenced,
+    parent_recreated_tokens_still_increase,
+    node_deleted_behind_our_back,
+    sixty_four_waiters_no_herd,
+    foreign_ensemble_is_refused,
+    guarded_multi_refuses_a_superseded_grant,
+    digest_acls_protect_lock_nodes,
+    failed_release_is_retried,
+    waiter_requeues_after_losing_its_session,
+    abandoned_create_leaves_no_node,
+    guarded_multi_opens_no_extra_session,
+    bad_input_is_refused,
+);
