@@ -60,7 +60,7 @@ pub use settings::{
     DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
 };
 pub use source::{
-    default_holder_identity, ensure_same_source, requeue_note, wait_requeuing, with_timeout,
-    AcquireOptions, FencingSource,
+    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
+    IfHeld,
 };
 pub use token::FencingToken;

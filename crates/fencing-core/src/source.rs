@@ -1,5 +1,6 @@
 //! The contract every coordinator backend implements.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -87,16 +88,53 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
     /// Who mints this source's tokens.
     fn identity(&self) -> &SourceId;
 
+    /// What [`FencingSource::acquire`] names in its timeout error, e.g.
+    /// `acquire "orders" on etcd [10.0.0.1:2379]`. The default names the
+    /// resource and [`FencingSource::identity`].
+    fn describe_acquire(&self, resource: &ResourceName) -> String {
+        format!("acquire {resource:?} from {}", self.identity())
+    }
+
+    /// One attempt to take the resource, the one method a backend writes
+    /// for both [`FencingSource::acquire`] and
+    /// [`FencingSource::try_acquire`]. With [`IfHeld::GiveUp`] it returns
+    /// `Ok(None)` when someone holds the resource. With [`IfHeld::Wait`] it
+    /// waits in the backend's queue until granted; when the wait is cut
+    /// short (`Ok(None)`, or [`Error::Lost`]: the session carrying the
+    /// queued request died), `acquire` calls it again.
+    async fn take(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+        if_held: IfHeld,
+    ) -> Result<Option<Grant>>;
+
     /// Waits until the resource is granted, the options' timeout passes
-    /// ([`Error::Timeout`]), or the future is dropped.
-    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant>;
+    /// ([`Error::Timeout`]), or the future is dropped. A queued request cut
+    /// short queues again; with a timeout, failed requests (timeouts, an
+    /// unreachable cluster, backend errors) are retried too, so the error
+    /// surfaces when the timeout ends. Configuration, permission and name
+    /// errors return at once.
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        let requeued = AtomicUsize::new(0);
+        let operation = || {
+            let what = self.describe_acquire(resource);
+            format!("{what}{}", requeue_note(&requeued))
+        };
+        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
+            self.take(resource, options, IfHeld::Wait)
+        });
+        with_timeout(options.timeout, operation, waiting).await
+    }
 
     /// Takes the resource if it is free now; `Ok(None)` when someone holds it.
     async fn try_acquire(
         &self,
         resource: &ResourceName,
         options: &AcquireOptions,
-    ) -> Result<Option<Grant>>;
+    ) -> Result<Option<Grant>> {
+        self.take(resource, options, IfHeld::GiveUp).await
+    }
 
     /// Asks the coordinator whether this grant is still the current one.
     /// A grant from another source is an [`Error::ForeignSource`].
@@ -104,6 +142,15 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
 
     /// The current holder of a resource, if any.
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>>;
+}
+
+/// What [`FencingSource::take`] does when someone else holds the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfHeld {
+    /// Queue until granted.
+    Wait,
+    /// Return `Ok(None)` at once.
+    GiveUp,
 }
 
 /// Refuses a grant that another source minted. Backends call this first in
@@ -137,35 +184,31 @@ pub async fn with_timeout<T>(
     }
 }
 
-/// An acquire that waits: runs `attempt` again whenever the wait was cut
-/// short, until it is granted or the caller's time limit (applied outside,
-/// with [`with_timeout`]) ends it. A session lost while queued (the member
-/// carrying it died, a partition outlived the TTL) starts a new session and
-/// queues again; with a time limit (`bounded`), a failed request (timeout,
-/// unreachable cluster, backend error) is retried too, so the error only
-/// surfaces when the caller's bound ends. Configuration, permission and
-/// name errors return at once. `requeued` counts the new attempts, for the
-/// caller's timeout message.
-pub async fn wait_requeuing<T, F, Fut>(
-    bounded: bool,
-    requeued: &std::sync::atomic::AtomicUsize,
-    mut attempt: F,
-) -> Result<T>
+/// The waiting loop of [`FencingSource::acquire`]: runs `attempt` again
+/// whenever the wait was cut short, until it is granted or the caller's time
+/// limit (applied outside, with [`with_timeout`]) ends it. A wait cut short
+/// (`Ok(None)`) or a session lost while queued (the member carrying it died,
+/// a partition outlived the TTL) queues again; with a time limit
+/// (`bounded`), a failed request (timeout, unreachable cluster, backend
+/// error) is retried too. Configuration, permission and name errors return
+/// at once. `requeued` counts the new attempts, for the timeout message.
+async fn wait_requeuing<T, F, Fut>(bounded: bool, requeued: &AtomicUsize, mut attempt: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
 {
     loop {
-        let error = match attempt().await {
-            Ok(v) => return Ok(v),
-            Err(e @ Error::Lost { .. }) => e,
+        let reason = match attempt().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "the wait was cut short".to_owned(),
+            Err(e @ Error::Lost { .. }) => e.to_string(),
             Err(
                 e @ (Error::Timeout { .. } | Error::Unreachable { .. } | Error::Backend { .. }),
-            ) if bounded => e,
+            ) if bounded => e.to_string(),
             Err(e) => return Err(e),
         };
-        let n = requeued.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        tracing::warn!(error = %error, requeued = n, "acquire interrupted while waiting; queueing again");
+        let n = requeued.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(error = %reason, requeued = n, "acquire interrupted while waiting; queueing again");
         // A moment for the cluster or the connection to settle.
         tokio::time::sleep(REQUEUE_PAUSE).await;
     }
@@ -174,9 +217,8 @@ where
 const REQUEUE_PAUSE: Duration = Duration::from_millis(100);
 
 /// Appended to an acquire's timeout message: how often it queued again.
-#[must_use]
-pub fn requeue_note(requeued: &std::sync::atomic::AtomicUsize) -> String {
-    match requeued.load(std::sync::atomic::Ordering::Relaxed) {
+fn requeue_note(requeued: &AtomicUsize) -> String {
+    match requeued.load(Ordering::Relaxed) {
         0 => String::new(),
         n => format!(" (queued again {n} times after losing its session or a request)"),
     }
@@ -195,14 +237,12 @@ pub fn default_holder_identity() -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-
     use super::*;
 
     /// Fails with each error of `errors` in turn, then succeeds.
-    fn scripted(errors: Vec<Error>) -> impl FnMut() -> std::future::Ready<Result<u8>> {
+    fn scripted(errors: Vec<Error>) -> impl FnMut() -> std::future::Ready<Result<Option<u8>>> {
         let mut errors = errors.into_iter();
-        move || std::future::ready(errors.next().map_or(Ok(7), Err))
+        move || std::future::ready(errors.next().map_or(Ok(Some(7)), Err))
     }
 
     fn timeout() -> Error {
@@ -245,5 +285,14 @@ mod tests {
             requeue_note(&n),
             " (queued again 1 times after losing its session or a request)"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_cut_short_queues_again() {
+        let n = AtomicUsize::new(0);
+        let mut answers = vec![Ok(None), Ok(None), Ok(Some(7))].into_iter();
+        let got = wait_requeuing(false, &n, || std::future::ready(answers.next().unwrap())).await;
+        assert_eq!(got.unwrap(), 7);
+        assert_eq!(n.load(Ordering::Relaxed), 2);
     }
 }

@@ -1,15 +1,15 @@
 //! EtcdSource: the FencingSource over an etcd cluster.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, requeue_note, wait_requeuing,
-    with_timeout, AcquireOptions, Error, FencingSource, FencingToken, Grant, GrantBackend,
+    default_holder_identity, ensure_same_source, release_until_lost, IfHeld,
+    AcquireOptions, Error, FencingSource, FencingToken, Grant, GrantBackend,
     GrantInfo, HolderInfo, ResourceName, Result, SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -209,7 +209,7 @@ impl EtcdSource {
     }
 
     /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
-    async fn take(
+    async fn take_lock(
         &self,
         resource: &ResourceName,
         opts: &AcquireOptions,
@@ -378,28 +378,18 @@ impl FencingSource for EtcdSource {
         &self.inner.identity
     }
 
-    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let requeued = AtomicUsize::new(0);
-        let operation = || {
-            format!(
-                "acquire {resource:?} on etcd [{}]{}",
-                self.inner.cfg.endpoints.join(","),
-                requeue_note(&requeued)
-            )
-        };
-        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
-            self.take(resource, options, true)
-        });
-        let grant = with_timeout(options.timeout, operation, waiting).await?;
-        grant.ok_or_else(|| Error::backend("etcd acquire", "gave up without waiting"))
+    fn describe_acquire(&self, resource: &ResourceName) -> String {
+        let endpoints = self.inner.cfg.endpoints.join(",");
+        format!("acquire {resource:?} on etcd [{endpoints}]")
     }
 
-    async fn try_acquire(
+    async fn take(
         &self,
         resource: &ResourceName,
         options: &AcquireOptions,
+        if_held: IfHeld,
     ) -> Result<Option<Grant>> {
-        self.take(resource, options, false).await
+        self.take_lock(resource, options, if_held == IfHeld::Wait).await
     }
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, Error,
+    default_holder_identity, ensure_same_source, AcquireOptions, Error, IfHeld,
     FencingSource, Grant, GrantInfo, HolderInfo, LeaseTracker, ResourceName, Result, SourceId,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -162,7 +162,7 @@ impl KubeLeaseSource {
     }
 
     /// Waits (or, with `wait == false`, tries once) for the resource.
-    async fn take(
+    async fn take_lease(
         &self,
         resource: &ResourceName,
         opts: &AcquireOptions,
@@ -316,29 +316,18 @@ impl FencingSource for KubeLeaseSource {
         &self.inner.identity
     }
 
-    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let operation = || {
-            format!(
-                "acquire Lease {}/{resource} on {}",
-                self.namespace(),
-                self.inner.leases.server()
-            )
-        };
-        let grant = with_timeout(
-            options.timeout,
-            operation,
-            self.take(resource, options, true),
-        )
-        .await?;
-        grant.ok_or_else(|| Error::backend("kube acquire", "gave up without waiting"))
+    fn describe_acquire(&self, resource: &ResourceName) -> String {
+        let server = self.inner.leases.server();
+        format!("acquire Lease {}/{resource} on {server}", self.namespace())
     }
 
-    async fn try_acquire(
+    async fn take(
         &self,
         resource: &ResourceName,
         options: &AcquireOptions,
+        if_held: IfHeld,
     ) -> Result<Option<Grant>> {
-        self.take(resource, options, false).await
+        self.take_lease(resource, options, if_held == IfHeld::Wait).await
     }
 
     /// True iff the Lease still names the grant's holder identity with its

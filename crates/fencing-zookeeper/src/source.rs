@@ -1,14 +1,14 @@
 //! ZkSource: the FencingSource over a ZooKeeper ensemble.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, requeue_note, wait_requeuing,
-    with_timeout, AcquireOptions, Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo,
+    default_holder_identity, ensure_same_source, release_until_lost, IfHeld,
+    AcquireOptions, Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo,
     ResourceName, Result, SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
@@ -180,7 +180,7 @@ impl ZkSource {
     }
 
     /// One acquire; `wait == false` gives up (Ok(None)) when someone holds it.
-    async fn take(
+    async fn take_lock(
         &self,
         resource: &ResourceName,
         opts: &AcquireOptions,
@@ -336,28 +336,18 @@ impl FencingSource for ZkSource {
         &self.inner.identity
     }
 
-    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let requeued = AtomicUsize::new(0);
-        let operation = || {
-            format!(
-                "acquire {resource:?} on ZooKeeper [{}]{}",
-                self.inner.cfg.hosts.join(","),
-                requeue_note(&requeued)
-            )
-        };
-        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
-            self.take(resource, options, true)
-        });
-        let grant = with_timeout(options.timeout, operation, waiting).await?;
-        grant.ok_or_else(|| Error::backend("ZooKeeper acquire", "gave up without waiting"))
+    fn describe_acquire(&self, resource: &ResourceName) -> String {
+        let hosts = self.inner.cfg.hosts.join(",");
+        format!("acquire {resource:?} on ZooKeeper [{hosts}]")
     }
 
-    async fn try_acquire(
+    async fn take(
         &self,
         resource: &ResourceName,
         options: &AcquireOptions,
+        if_held: IfHeld,
     ) -> Result<Option<Grant>> {
-        self.take(resource, options, false).await
+        self.take_lock(resource, options, if_held == IfHeld::Wait).await
     }
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {

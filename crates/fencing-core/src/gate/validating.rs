@@ -147,7 +147,7 @@ mod tests {
     use crate::error::Error;
     use crate::gate::MemoryGate;
     use crate::grant::{Grant, HolderInfo};
-    use crate::source::AcquireOptions;
+    use crate::source::{AcquireOptions, IfHeld};
     use crate::LocalSource;
 
     /// A LocalSource that counts the holder lookups the gate makes.
@@ -162,11 +162,13 @@ mod tests {
         fn identity(&self) -> &SourceId {
             self.local.identity()
         }
-        async fn acquire(&self, r: &ResourceName, o: &AcquireOptions) -> Result<Grant> {
-            self.local.acquire(r, o).await
-        }
-        async fn try_acquire(&self, r: &ResourceName, o: &AcquireOptions) -> Result<Option<Grant>> {
-            self.local.try_acquire(r, o).await
+        async fn take(
+            &self,
+            r: &ResourceName,
+            o: &AcquireOptions,
+            if_held: IfHeld,
+        ) -> Result<Option<Grant>> {
+            self.local.take(r, o, if_held).await
         }
         async fn validate(&self, grant: &Grant) -> Result<bool> {
             self.local.validate(grant).await

@@ -16,7 +16,7 @@ use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 use crate::lease::LeaseTracker;
 use crate::resource::ResourceName;
 use crate::source::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
+    default_holder_identity, ensure_same_source, AcquireOptions, FencingSource, IfHeld,
 };
 use store::{Store, TryGrant};
 
@@ -247,31 +247,30 @@ impl FencingSource for LocalSource {
         &self.inner.identity
     }
 
-    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
-        let (ttl, holder) = self.resolve(options)?;
-        let operation = || format!("acquire {resource:?} in {}", self.inner.dir.display());
-        with_timeout(options.timeout, operation, async {
-            let mut poll = Duration::from_millis(2);
-            loop {
-                match self.attempt(resource, ttl, &holder).await? {
-                    Ok(grant) => return Ok(grant),
-                    Err(remaining) => {
-                        tokio::time::sleep(poll.min(remaining + Duration::from_millis(1))).await;
-                        poll = (poll * 2).min(MAX_POLL);
-                    }
-                }
-            }
-        })
-        .await
+    fn describe_acquire(&self, resource: &ResourceName) -> String {
+        format!("acquire {resource:?} in {}", self.inner.dir.display())
     }
 
-    async fn try_acquire(
+    /// Waiting polls the directory, with a pause that doubles up to
+    /// `MAX_POLL` and never outlasts the holder's remaining lease.
+    async fn take(
         &self,
         resource: &ResourceName,
         options: &AcquireOptions,
+        if_held: IfHeld,
     ) -> Result<Option<Grant>> {
         let (ttl, holder) = self.resolve(options)?;
-        Ok(self.attempt(resource, ttl, &holder).await?.ok())
+        let mut poll = Duration::from_millis(2);
+        loop {
+            match self.attempt(resource, ttl, &holder).await? {
+                Ok(grant) => return Ok(Some(grant)),
+                Err(_) if if_held == IfHeld::GiveUp => return Ok(None),
+                Err(remaining) => {
+                    tokio::time::sleep(poll.min(remaining + Duration::from_millis(1))).await;
+                    poll = (poll * 2).min(MAX_POLL);
+                }
+            }
+        }
     }
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {
