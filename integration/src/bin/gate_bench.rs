@@ -43,12 +43,16 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// Guarded against plain PostgreSQL UPDATEs, and the in-memory gates.
+#[derive(clap::Parser)]
+struct Args {
+    /// Timed statements per kind and connection count.
+    #[arg(long, default_value = "2000")]
+    iterations: std::num::NonZeroUsize,
+}
+
 async fn run() -> Res<()> {
-    let iterations: usize = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
-        [] => 2000,
-        [flag, n] if flag == "--iterations" => n.parse()?,
-        _ => return Err("usage: gate-bench [--iterations N]".into()),
-    };
+    let iterations = <Args as clap::Parser>::parse().iterations.get();
     postgres(iterations).await?;
     memory_gate();
     validating_gate().await?;

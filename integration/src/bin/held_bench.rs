@@ -12,6 +12,7 @@
 //! second (memory comes back; the first cycle raises the allocator's
 //! high-water mark). Figures are printed, not asserted.
 
+use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,11 +27,16 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const TTL: Duration = Duration::from_secs(60);
-const USAGE: &str = "usage: held-bench [--sizes N,N,...] [--in-flight K]";
 
+/// N locks held at once from one source, against Go with one session.
+#[derive(clap::Parser)]
 struct Args {
-    sizes: Vec<usize>,
-    in_flight: usize,
+    /// The numbers of locks held at once, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
+    sizes: Vec<NonZeroUsize>,
+    /// Acquires in flight at once.
+    #[arg(long = "in-flight", default_value = "64")]
+    in_flight: NonZeroUsize,
 }
 
 /// What one side measured for one N.
@@ -43,12 +49,12 @@ struct Figures {
 }
 
 fn main() -> ExitCode {
-    let result = parse_args().and_then(|args| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(run(args))
-    });
+    let args = <Args as clap::Parser>::parse();
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(BoxError::from)
+        .and_then(|rt| rt.block_on(run(args)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -58,37 +64,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_args() -> Result<Args, BoxError> {
-    let mut args = Args {
-        sizes: vec![10, 100, 1_000, 10_000],
-        in_flight: 64,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
-        match flag.as_str() {
-            "--sizes" => {
-                args.sizes = value
-                    .split(',')
-                    .map(|n| n.trim().parse::<usize>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| format!("--sizes: {e}"))?
-            }
-            "--in-flight" => {
-                args.in_flight = value.parse().map_err(|e| format!("--in-flight: {e}"))?
-            }
-            _ => return Err(format!("unknown argument {flag:?}; {USAGE}").into()),
-        }
-    }
-    if args.sizes.is_empty() || args.sizes.contains(&0) || args.in_flight == 0 {
-        return Err(format!("sizes and --in-flight must be > 0; {USAGE}").into());
-    }
-    Ok(args)
-}
-
 async fn run(args: Args) -> Result<(), BoxError> {
+    let in_flight = args.in_flight.get();
     let go = cached_bin("etcd-mutex");
     if !go.exists() {
         return Err(format!(
@@ -100,18 +77,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
     println!(
         "held-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex (one session), {} in flight",
-        args.in_flight
+        in_flight
     );
     println!(
         "{:>6} {:>5} {:>10} {:>10} {:>8} {:>9} {:>12}",
         "N", "side", "grants/s", "KB/grant", "streams", "watchers", "RSS after KB"
     );
-    let largest = *args.sizes.iter().max().unwrap_or(&0);
-    for &n in &args.sizes {
-        let go_fig = go_side(&go, &cluster, n, args.in_flight).await?;
+    let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
+    let largest = *sizes.iter().max().unwrap_or(&0);
+    for &n in &sizes {
+        let go_fig = go_side(&go, &cluster, n, in_flight).await?;
         print_row(n, "go", &go_fig);
         let source = connect(&cluster, &format!("/held-rust-{n}")).await?;
-        let rust = rust_side(&source, &cluster, n, args.in_flight).await?;
+        let rust = rust_side(&source, &cluster, n, in_flight).await?;
         print_row(n, "rust", &rust);
         println!(
             "held-bench: N={n} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / go)",
@@ -124,7 +102,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             // so the second and third are compared.
             let mut after = Vec::new();
             for side in ["rust2", "rust3"] {
-                let again = rust_side(&source, &cluster, n, args.in_flight).await?;
+                let again = rust_side(&source, &cluster, n, in_flight).await?;
                 print_row(n, side, &again);
                 after.push(again.rss_after_kb as f64);
             }

@@ -50,12 +50,37 @@ const ZK_SESSION_TIMEOUT: Duration = Duration::from_millis(4000);
 const POLL: Duration = Duration::from_micros(200);
 const ROUNDS: usize = 2;
 const RESOURCE: &str = "bench";
-const USAGE: &str = "usage: anchor-bench [--backend etcd|zk|kube] [--version 3.6|3.4 (etcd), 3.9|3.8 (zk)] [--iterations N] [--settle-ms MS]";
 
 #[derive(Clone, Copy, Debug)]
 enum Backend {
     Etcd(EtcdVersion),
     Zk(ZkVersion),
+    Kube,
+}
+
+#[derive(clap::Parser)]
+#[command(about = "Our backends against their Go/Java anchors on one cluster, figures and ratios")]
+struct Cli {
+    /// Which backend and anchor: etcd (Go concurrency.Mutex), zk (Curator
+    /// InterProcessMutex) or kube (client-go leaderelection).
+    #[arg(long, value_enum, default_value = "etcd")]
+    backend: BackendName,
+    /// The server release: 3.6 or 3.4 for etcd, 3.9 or 3.8 for zk (kube runs
+    /// the one release it builds).
+    #[arg(long)]
+    version: Option<String>,
+    /// Timed rounds per side.
+    #[arg(long, default_value = "200")]
+    iterations: std::num::NonZeroUsize,
+    /// Pause before each timed hand-over, so the waiter is queued, in ms.
+    #[arg(long = "settle-ms", default_value_t = 150)]
+    settle_ms: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BackendName {
+    Etcd,
+    Zk,
     Kube,
 }
 
@@ -99,47 +124,20 @@ fn main() -> ExitCode {
 }
 
 fn parse_args() -> Result<Args, BoxError> {
-    let (mut backend, mut version) = ("etcd".to_owned(), None);
-    let (mut iterations, mut settle) = (200, Duration::from_millis(150));
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--backend" => backend = value()?,
-            "--version" => version = Some(value()?),
-            "--iterations" => {
-                iterations = value()?.parse().map_err(|e| format!("--iterations: {e}"))?
-            }
-            "--settle-ms" => {
-                settle = Duration::from_millis(
-                    value()?.parse().map_err(|e| format!("--settle-ms: {e}"))?,
-                )
-            }
-            _ => return Err(format!("unknown argument {flag:?}; {USAGE}").into()),
-        }
-    }
-    let backend = match (backend.as_str(), version.as_deref()) {
-        ("etcd", None | Some("3.6")) => Backend::Etcd(EtcdVersion::V3_6),
-        ("etcd", Some("3.4")) => Backend::Etcd(EtcdVersion::V3_4),
-        ("zk", None | Some("3.9")) => Backend::Zk(ZkVersion::V3_9),
-        ("zk", Some("3.8")) => Backend::Zk(ZkVersion::V3_8),
-        ("kube", None) => Backend::Kube,
-        ("etcd" | "zk" | "kube", Some(v)) => {
-            return Err(
-                format!("--version {v:?} is not one for --backend {backend}; {USAGE}").into(),
-            )
-        }
-        (other, _) => {
-            return Err(format!("--backend must be etcd, zk or kube, not {other:?}").into())
-        }
+    use clap::Parser;
+    let cli = Cli::parse();
+    let backend = match (cli.backend, cli.version.as_deref()) {
+        (BackendName::Etcd, None | Some("3.6")) => Backend::Etcd(EtcdVersion::V3_6),
+        (BackendName::Etcd, Some("3.4")) => Backend::Etcd(EtcdVersion::V3_4),
+        (BackendName::Zk, None | Some("3.9")) => Backend::Zk(ZkVersion::V3_9),
+        (BackendName::Zk, Some("3.8")) => Backend::Zk(ZkVersion::V3_8),
+        (BackendName::Kube, None) => Backend::Kube,
+        (_, Some(v)) => return Err(format!("--version {v:?} is not one for this --backend").into()),
     };
-    if iterations == 0 {
-        return Err("--iterations must be > 0".into());
-    }
     Ok(Args {
         backend,
-        iterations,
-        settle,
+        iterations: cli.iterations.get(),
+        settle: Duration::from_millis(cli.settle_ms),
     })
 }
 
