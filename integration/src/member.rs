@@ -117,14 +117,20 @@ impl MemberProcess {
 
     /// The last [`LOG_TAIL_LINES`] lines of the log, for failure messages.
     pub fn log_tail(&self) -> String {
-        match fs::read(&self.log) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-            }
-            Err(e) => format!("(cannot read {}: {e})", self.log.display()),
+        log_tail(&self.log)
+    }
+}
+
+/// The last [`LOG_TAIL_LINES`] lines of the log file `path`, or why it
+/// cannot be read, for failure messages.
+pub fn log_tail(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
         }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
     }
 }
 
@@ -141,6 +147,12 @@ mod tests {
             .start(Command::new("sh").args(["-c", "echo started; exec sleep 30"]))
             .unwrap();
         let pid = member.pid().expect("a pid while running");
+        // Paused before its echo ran, it would never log a line.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !member.log_tail().contains("started") {
+            assert!(std::time::Instant::now() < deadline, "no output");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         member.pause();
         assert!(member.is_paused() && !member.is_live());
         let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -151,7 +163,9 @@ mod tests {
         assert!(!member.is_running() && !member.is_paused());
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "reaped");
 
-        member.start(Command::new("sh").args(["-c", "exit 3"])).unwrap();
+        member
+            .start(Command::new("sh").args(["-c", "exit 3"]))
+            .unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let status = loop {
             if let Some(s) = member.exited() {

@@ -192,7 +192,11 @@ pub async fn with_timeout<T>(
 /// (`bounded`), a failed request (timeout, unreachable cluster, backend
 /// error) is retried too. Configuration, permission and name errors return
 /// at once. `requeued` counts the new attempts, for the timeout message.
-async fn wait_requeuing<T, F, Fut>(bounded: bool, requeued: &AtomicUsize, mut attempt: F) -> Result<T>
+async fn wait_requeuing<T, F, Fut>(
+    bounded: bool,
+    requeued: &AtomicUsize,
+    mut attempt: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,

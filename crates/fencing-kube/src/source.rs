@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, AcquireOptions, Error, IfHeld,
-    FencingSource, Grant, GrantInfo, HolderInfo, LeaseTracker, ResourceName, Result, SourceId,
+    default_holder_identity, ensure_same_source, AcquireOptions, Error, FencingSource, Grant,
+    GrantInfo, HolderInfo, IfHeld, LeaseTracker, ResourceName, Result, SourceId,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
@@ -327,7 +327,8 @@ impl FencingSource for KubeLeaseSource {
         options: &AcquireOptions,
         if_held: IfHeld,
     ) -> Result<Option<Grant>> {
-        self.take_lease(resource, options, if_held == IfHeld::Wait).await
+        self.take_lease(resource, options, if_held == IfHeld::Wait)
+            .await
     }
 
     /// True iff the Lease still names the grant's holder identity with its

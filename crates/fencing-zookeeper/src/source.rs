@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, IfHeld,
-    AcquireOptions, Error, FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo,
-    ResourceName, Result, SourceId,
+    default_holder_identity, ensure_same_source, release_until_lost, AcquireOptions, Error,
+    FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, IfHeld, ResourceName, Result,
+    SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -347,7 +347,8 @@ impl FencingSource for ZkSource {
         options: &AcquireOptions,
         if_held: IfHeld,
     ) -> Result<Option<Grant>> {
-        self.take_lock(resource, options, if_held == IfHeld::Wait).await
+        self.take_lock(resource, options, if_held == IfHeld::Wait)
+            .await
     }
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {

@@ -754,7 +754,6 @@ impl EtcdCluster {
     }
 }
 
-
 fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
     crate::ports::free_ports(n).map_err(|e| HarnessError::io("finding free loopback ports", e))
 }

@@ -28,7 +28,6 @@
 //! ```
 
 use std::fmt;
-use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,10 +40,10 @@ use kube::api::{Api, PostParams};
 use rustix::process::Signal;
 use tempfile::TempDir;
 
-use crate::cache::{cached_bin, kubernetes_release};
 use super::kubeconfig::{client_from, config_from, kubeconfig_path, write_kubeconfigs};
 use super::pki::{make_pki, Pki};
 use super::rbac::{lease_reader_rbac, lease_user_rbac, RBAC_MANIFEST};
+use crate::cache::{cached_bin, kubernetes_release};
 use crate::etcd::cluster::{EtcdCluster, EtcdVersion};
 use crate::Reaped;
 
@@ -485,14 +484,7 @@ impl KubeCluster {
 
     /// The last 40 lines of the apiserver's log (all its runs).
     pub fn log_tail(&self) -> String {
-        match fs::read(&self.log) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            }
-            Err(e) => format!("(cannot read {}: {e})", self.log.display()),
-        }
+        crate::member::log_tail(&self.log)
     }
 
     /// The apiserver's command line: loopback only, RBAC, and the

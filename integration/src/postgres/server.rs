@@ -54,8 +54,6 @@ const POLL: Duration = Duration::from_millis(50);
 /// How many times a start is tried with a fresh port when the picked port
 /// got taken before the server bound it.
 const START_ATTEMPTS: usize = 3;
-/// Lines of the server log in failure messages and [`PgServer::log_tail`].
-const LOG_TAIL_LINES: usize = 40;
 
 /// Why the harness could not start, check or drive a server.
 #[derive(Debug, thiserror::Error)]
@@ -566,14 +564,7 @@ impl PgServer {
     /// The last 40 lines of the server log (all its runs), for failure
     /// messages.
     pub fn log_tail(&self) -> String {
-        match fs::read(&self.log) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                let lines: Vec<&str> = text.lines().collect();
-                lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
-            }
-            Err(e) => format!("(cannot read {}: {e})", self.log.display()),
-        }
+        crate::member::log_tail(&self.log)
     }
 }
 

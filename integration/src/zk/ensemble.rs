@@ -39,9 +39,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::cache::{cache_dir, zookeeper_debian_release, zookeeper_release};
-use crate::pki::TlsFiles;
 use crate::member::MemberProcess;
-
+use crate::pki::TlsFiles;
 
 /// Where Debian installs Java libraries.
 const DEBIAN_JAVA_DIR: &str = "/usr/share/java";
@@ -228,7 +227,9 @@ impl ZkVersion {
 
     /// Where the 3.9 jars live when the cache is `cache`.
     pub fn lib_dir_in(cache: &Path) -> PathBuf {
-        cache.join(format!("zookeeper-{}", zookeeper_release())).join("lib")
+        cache
+            .join(format!("zookeeper-{}", zookeeper_release()))
+            .join("lib")
     }
 
     /// The server classpath of this release, with the cache directory
@@ -764,9 +765,12 @@ impl ZkEnsemble {
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), ZkHarnessError> {
-        self.servers[i].process.start(&mut self.command(i)).map_err(|e| {
-            ZkHarnessError::io(format!("starting server {i} ({})", self.java.display()), e)
-        })
+        self.servers[i]
+            .process
+            .start(&mut self.command(i))
+            .map_err(|e| {
+                ZkHarnessError::io(format!("starting server {i} ({})", self.java.display()), e)
+            })
     }
 
     fn check_index(&self, i: usize) -> Result<(), ZkHarnessError> {
@@ -1044,7 +1048,6 @@ impl ZkEnsemble {
             .map_or_else(|| format!("(no server {i})"), MemberProcess::log_tail)
     }
 }
-
 
 /// A JAAS configuration whose `Server` section accepts `users` with
 /// DIGEST-MD5.

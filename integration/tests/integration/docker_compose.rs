@@ -269,7 +269,10 @@ fn the_compose_file_is_well_formed() {
 
 #[test]
 fn the_checks_catch_broken_files() {
-    let zookeeper = format!("zookeeper:{}", fencing_integration::cache::zookeeper_release());
+    let zookeeper = format!(
+        "zookeeper:{}",
+        fencing_integration::cache::zookeeper_release()
+    );
     let broken = compose()
         .replacen(&zookeeper, "zookeeper:latest", 1)
         .replacen("\"127.0.0.1:22379:2379\"", "\"127.0.0.1:2379:2379\"", 1)
@@ -344,10 +347,25 @@ fn the_images_are_the_releases_the_suite_runs() {
     );
     let compose = parse(&compose());
     for (service, expected) in [
-        ("etcd1", format!("quay.io/coreos/etcd:v{}", fencing_integration::cache::etcd_release())),
-        ("zk1", format!("zookeeper:{}", fencing_integration::cache::zookeeper_release())),
+        (
+            "etcd1",
+            format!(
+                "quay.io/coreos/etcd:v{}",
+                fencing_integration::cache::etcd_release()
+            ),
+        ),
+        (
+            "zk1",
+            format!(
+                "zookeeper:{}",
+                fencing_integration::cache::zookeeper_release()
+            ),
+        ),
     ] {
-        assert_eq!(compose["services"][service]["image"].as_str(), Some(expected.as_str()));
+        assert_eq!(
+            compose["services"][service]["image"].as_str(),
+            Some(expected.as_str())
+        );
     }
     assert!(
         !COMPOSE_FILE.contains(fencing_integration::cache::etcd_release()),

@@ -338,9 +338,10 @@ async fn bad_input_is_refused(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let (_, partition) = f.partitionable_source().await;
     partition.set(true);
-    let dead = fencing_integration::net::proxy::Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
-        .await
-        .unwrap();
+    let dead =
+        fencing_integration::net::proxy::Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
+            .await
+            .unwrap();
     dead.set_blackhole(true);
     let cfg = EtcdConfig::new([dead.endpoint()], "/p")
         .unwrap()

@@ -11,9 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
-use fencing_integration::etcd::cluster::{
-    ClusterOptions, EtcdCluster, EtcdVersion, HarnessError,
-};
+use fencing_integration::etcd::cluster::{ClusterOptions, EtcdCluster, EtcdVersion, HarnessError};
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::pki::make_tls;
 

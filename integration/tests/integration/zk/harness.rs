@@ -325,7 +325,10 @@ fn a_missing_install_says_how_to_install_it() {
         "{err:?}"
     );
     assert!(err.to_string().contains("scripts/test.sh"), "{err}");
-    let release = format!("ZooKeeper {}", fencing_integration::cache::zookeeper_release());
+    let release = format!(
+        "ZooKeeper {}",
+        fencing_integration::cache::zookeeper_release()
+    );
     assert!(err.to_string().contains(&release), "{err}");
 }
 
