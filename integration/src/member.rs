@@ -1,9 +1,12 @@
 //! One server process of a cluster (an etcd member, a ZooKeeper server):
 //! how it is started, killed, paused, resumed and restarted, and how its
-//! log is read when something fails. The cluster types own one per member
-//! and add what only their server knows (its command line, its health).
+//! log is read when something fails ([`MemberProcess`]); and the process
+//! control of a whole cluster of them, written once ([`MemberCluster`]).
+//! The cluster types own one process per member and add what only their
+//! server knows (its command line, its health).
 
 use std::fs;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -121,6 +124,152 @@ impl MemberProcess {
     }
 }
 
+/// A cluster whose members are [`MemberProcess`]es (an etcd cluster, a
+/// ZooKeeper ensemble): the kill / pause / resume / restart every cluster
+/// offers, written once. An implementor says how to start member `i`, how
+/// to tell that the whole cluster is healthy, and how its errors name a
+/// member that is unknown or exited.
+///
+/// Tests `use fencing_integration::member::MemberCluster` to call these
+/// methods on a cluster.
+pub trait MemberCluster: Send + Sync {
+    /// The cluster's error type.
+    type Error: std::error::Error + Send;
+
+    /// How many members the cluster has (running or not).
+    fn member_count(&self) -> usize;
+
+    /// Member `i`'s process, `None` when `i` is out of range.
+    fn member(&self, i: usize) -> Option<&MemberProcess>;
+
+    /// Starts member `i` (killing it first if it still runs) with its
+    /// name, ports and data; does not wait for it.
+    fn start_member(&mut self, i: usize) -> Result<(), Self::Error>;
+
+    /// Waits until every live member serves, failing early with
+    /// [`MemberCluster::check_alive`]'s error when one exited.
+    fn wait_healthy(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The index of the member that leads right now, as a majority of the
+    /// live members sees it.
+    fn leader(&self) -> impl Future<Output = Result<usize, Self::Error>> + Send;
+
+    /// The error for a member index the cluster does not have.
+    fn out_of_range(&self, i: usize) -> Self::Error;
+
+    /// The error for member `i`, which should run, having exited.
+    fn member_exited(&self, i: usize, status: ExitStatus, log: String) -> Self::Error;
+
+    /// Fails with [`MemberCluster::out_of_range`] unless the cluster has
+    /// member `i`.
+    fn check_index(&self, i: usize) -> Result<(), Self::Error> {
+        match self.member(i) {
+            Some(_) => Ok(()),
+            None => Err(self.out_of_range(i)),
+        }
+    }
+
+    /// Whether member `i` has a process (running or paused).
+    fn is_running(&self, i: usize) -> bool {
+        self.member(i).is_some_and(MemberProcess::is_running)
+    }
+
+    /// The process id of member `i` while it has a process.
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.member(i).and_then(MemberProcess::pid)
+    }
+
+    /// Whether member `i` is stopped by [`MemberCluster::pause`].
+    fn is_paused(&self, i: usize) -> bool {
+        self.member(i).is_some_and(MemberProcess::is_paused)
+    }
+
+    /// Kills member `i` with SIGKILL and reaps it; its data stays for
+    /// [`MemberCluster::restart`]. Does nothing if it is not running.
+    fn kill(&mut self, i: usize) {
+        if let Some(p) = self.member(i) {
+            p.kill();
+        }
+    }
+
+    /// Stops member `i` with SIGSTOP (the process stays, its sockets stay
+    /// open, it answers nothing): a stalled, not a crashed, member.
+    fn pause(&self, i: usize) {
+        if let Some(p) = self.member(i) {
+            p.pause();
+        }
+    }
+
+    /// Continues member `i` after [`MemberCluster::pause`] (SIGCONT).
+    fn resume(&self, i: usize) {
+        if let Some(p) = self.member(i) {
+            p.resume();
+        }
+    }
+
+    /// Members that should answer: running and not paused.
+    fn live(&self) -> Vec<usize> {
+        (0..self.member_count())
+            .filter(|&i| self.member(i).is_some_and(MemberProcess::is_live))
+            .collect()
+    }
+
+    /// Fails with [`MemberCluster::member_exited`] when a member that
+    /// should run has exited.
+    fn check_alive(&self) -> Result<(), Self::Error> {
+        for i in 0..self.member_count() {
+            let Some(p) = self.member(i) else { continue };
+            if let Some(status) = p.exited() {
+                return Err(self.member_exited(i, status, p.log_tail()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The last lines of member `i`'s log (all its runs), for failure
+    /// messages.
+    fn log_tail(&self, i: usize) -> String {
+        self.member(i)
+            .map_or_else(|| format!("(no member {i})"), MemberProcess::log_tail)
+    }
+
+    /// Kills the current leader and waits until the others serve again;
+    /// returns its index, for [`MemberCluster::restart`].
+    fn kill_leader(&mut self) -> impl Future<Output = Result<usize, Self::Error>> + Send {
+        async move {
+            let leader = self.leader().await?;
+            self.kill(leader);
+            self.wait_healthy().await?;
+            Ok(leader)
+        }
+    }
+
+    /// Starts member `i` again (killing it first if it still runs) and
+    /// waits until the whole cluster is healthy.
+    fn restart(&mut self, i: usize) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        async move {
+            self.check_index(i)?;
+            self.start_member(i)?;
+            self.wait_healthy().await
+        }
+    }
+
+    /// Kills every member and starts them all again on their data, then
+    /// waits until the cluster is healthy (one by one would never regain a
+    /// quorum).
+    fn restart_all(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        async move {
+            for i in 0..self.member_count() {
+                self.kill(i);
+            }
+            for i in 0..self.member_count() {
+                self.start_member(i)?;
+            }
+            self.wait_healthy().await
+        }
+    }
+}
+
 /// The last [`LOG_TAIL_LINES`] lines of the log file `path`, or why it
 /// cannot be read, for failure messages.
 pub fn log_tail(path: &Path) -> String {
@@ -177,5 +326,133 @@ mod tests {
         assert_eq!(status.code(), Some(3));
         assert!(!member.is_running());
         assert_eq!(member.log_tail(), "started", "both runs append to one log");
+    }
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use super::*;
+
+    /// A "cluster" of `sleep` processes (or of one command per member):
+    /// enough to exercise the provided process control.
+    struct Sleepers {
+        members: Vec<MemberProcess>,
+        commands: Vec<&'static str>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    enum SleepError {
+        #[error("no member {0}")]
+        OutOfRange(usize),
+        #[error("member {0} exited with {1}")]
+        Exited(usize, ExitStatus),
+        #[error(transparent)]
+        Io(#[from] std::io::Error),
+    }
+
+    impl MemberCluster for Sleepers {
+        type Error = SleepError;
+
+        fn member_count(&self) -> usize {
+            self.members.len()
+        }
+
+        fn member(&self, i: usize) -> Option<&MemberProcess> {
+            self.members.get(i)
+        }
+
+        fn start_member(&mut self, i: usize) -> Result<(), SleepError> {
+            let script = self.commands[i];
+            Ok(self.members[i].start(Command::new("sh").args(["-c", script]))?)
+        }
+
+        async fn wait_healthy(&self) -> Result<(), SleepError> {
+            self.check_alive()
+        }
+
+        async fn leader(&self) -> Result<usize, SleepError> {
+            Ok(self.live()[0])
+        }
+
+        fn out_of_range(&self, i: usize) -> SleepError {
+            SleepError::OutOfRange(i)
+        }
+
+        fn member_exited(&self, i: usize, status: ExitStatus, _log: String) -> SleepError {
+            SleepError::Exited(i, status)
+        }
+    }
+
+    fn sleepers(dir: &Path, commands: Vec<&'static str>) -> Sleepers {
+        let members = (0..commands.len())
+            .map(|i| MemberProcess::new(format!("m{i}"), dir.join(format!("m{i}.log"))))
+            .collect();
+        let mut cluster = Sleepers { members, commands };
+        for i in 0..cluster.member_count() {
+            cluster.start_member(i).unwrap();
+        }
+        cluster
+    }
+
+    fn pids(cluster: &Sleepers) -> Vec<Option<u32>> {
+        (0..cluster.member_count())
+            .map(|i| cluster.pid(i))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn restarts_kill_the_leader_and_index_errors_work_on_any_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = sleepers(dir.path(), vec!["exec sleep 30"; 3]);
+        let first = pids(&cluster);
+        assert!(first.iter().all(Option::is_some));
+
+        assert_eq!(cluster.kill_leader().await.unwrap(), 0);
+        assert!(!cluster.is_running(0) && cluster.is_running(1));
+        assert_eq!(cluster.live(), vec![1, 2]);
+
+        cluster.restart(0).await.unwrap();
+        assert!(cluster.is_running(0) && cluster.pid(0) != first[0]);
+
+        cluster.pause(2);
+        assert!(cluster.is_paused(2) && cluster.live() == vec![0, 1]);
+        cluster.resume(2);
+
+        let before = pids(&cluster);
+        cluster.restart_all().await.unwrap();
+        let after = pids(&cluster);
+        assert!(before
+            .iter()
+            .zip(&after)
+            .all(|(b, a)| a.is_some() && a != b));
+
+        assert!(matches!(
+            cluster.check_index(3),
+            Err(SleepError::OutOfRange(3))
+        ));
+        assert!(matches!(
+            cluster.restart(7).await,
+            Err(SleepError::OutOfRange(7))
+        ));
+        assert_eq!(cluster.log_tail(9), "(no member 9)");
+    }
+
+    #[tokio::test]
+    async fn a_member_that_exits_fails_the_health_check_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = sleepers(dir.path(), vec!["exec sleep 30", "exit 4"]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let err = loop {
+            match cluster.wait_healthy().await {
+                Err(e) => break e,
+                Ok(()) => assert!(std::time::Instant::now() < deadline, "exit not noticed"),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert!(
+            matches!(&err, SleepError::Exited(1, s) if s.code() == Some(4)),
+            "{err}"
+        );
+        assert!(!cluster.is_running(1) && cluster.is_running(0));
     }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use fencing::{AcquireOptions, FencingSource, FencingToken, ResourceName};
 use fencing_testkit::History;
 
+use crate::member::MemberCluster;
+
 /// Waiters in the herd test.
 pub const HERD: usize = 64;
 
@@ -124,28 +126,6 @@ pub fn check_interop(mut held: Vec<Held>, label: &str) {
     );
 }
 
-/// What the fault scenarios need from a cluster.
-#[async_trait::async_trait]
-pub trait ClusterFaults: Send {
-    /// How many members the cluster has.
-    fn members(&self) -> usize;
-    /// Kills member `i` (SIGKILL).
-    fn kill(&mut self, i: usize);
-    /// Freezes member `i` (SIGSTOP).
-    fn pause(&mut self, i: usize);
-    /// Thaws member `i` (SIGCONT).
-    fn resume(&mut self, i: usize);
-    /// Waits until every running member serves.
-    async fn wait_healthy(&mut self);
-    /// Kills every member and starts them all again on their data.
-    async fn restart_all(&mut self);
-    /// Kills the current leader and waits until the rest serve again;
-    /// returns its index.
-    async fn kill_leader(&mut self) -> usize;
-    /// Starts a killed member again on its data.
-    async fn restart(&mut self, member: usize);
-}
-
 /// The leader dies while `a` holds the lock and `b` waits for it: `a` keeps
 /// its grant, `b` does not get in before `a` releases, and the tokens of
 /// `a`, `b` and then `c` (after the old leader is back) strictly increase.
@@ -153,7 +133,7 @@ pub trait ClusterFaults: Send {
 /// `queued` counts the contenders the coordinator has queued on the lock
 /// (`leader-kill`), so the leader dies only once `b` really waits.
 pub async fn leader_loss<S, Q, QF>(
-    cluster: &mut impl ClusterFaults,
+    cluster: &mut impl MemberCluster,
     [a, b, c]: [S; 3],
     queued: Q,
     ttl: Duration,
@@ -186,7 +166,7 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let leader = cluster.kill_leader().await;
+    let leader = cluster.kill_leader().await.expect("kill the leader");
     assert!(
         !waiter.is_finished(),
         "waiter got the lock while it was held"
@@ -199,7 +179,7 @@ where
     history.released(0, first).await;
     ga.release().await.unwrap();
     let gb = waiter.await.unwrap();
-    cluster.restart(leader).await;
+    cluster.restart(leader).await.expect("restart");
     let second = gb.token();
     history.released(1, second).await;
     gb.release().await.unwrap();
@@ -218,7 +198,7 @@ where
 /// Every member restarts on its data: the next grant's token is above the
 /// last one handed out before. `connect` makes a fresh client (clients of
 /// the old processes are not reused).
-pub async fn full_restart<S, C, CF>(cluster: &mut impl ClusterFaults, connect: C)
+pub async fn full_restart<S, C, CF>(cluster: &mut impl MemberCluster, connect: C)
 where
     S: FencingSource,
     C: Fn() -> CF,
@@ -231,7 +211,7 @@ where
     let g = connect().await.acquire(&lock, &opts).await.unwrap();
     let before = g.token();
     g.release().await.unwrap();
-    cluster.restart_all().await;
+    cluster.restart_all().await.expect("restart all");
     let g = connect().await.acquire(&lock, &opts).await.unwrap();
     assert!(
         g.token() > before,
@@ -366,7 +346,7 @@ pub struct RideThrough {
 /// renewed again. At the end the holder releases and every waiter must be
 /// granted in turn.
 pub async fn ride_through_member_faults<S>(
-    cluster: &mut impl ClusterFaults,
+    cluster: &mut impl MemberCluster,
     holder: S,
     waiters: Vec<S>,
     ttl: Duration,
@@ -395,7 +375,7 @@ where
         .collect();
     let mut seen = RideThrough::default();
     for _ in 0..rounds {
-        for member in 0..cluster.members() {
+        for member in 0..cluster.member_count() {
             for fault in [MemberFault::Kill, MemberFault::Pause, MemberFault::Restart] {
                 let at = tokio::time::Instant::now();
                 let renewed = tokio::spawn(first_renewal_after(held.lease().clone(), at));
@@ -422,7 +402,7 @@ where
 }
 
 async fn inject(
-    cluster: &mut impl ClusterFaults,
+    cluster: &mut impl MemberCluster,
     member: usize,
     fault: MemberFault,
     down: Duration,
@@ -431,7 +411,7 @@ async fn inject(
         MemberFault::Kill => {
             cluster.kill(member);
             tokio::time::sleep(down).await;
-            cluster.restart(member).await;
+            cluster.restart(member).await.expect("restart");
         }
         MemberFault::Pause => {
             cluster.pause(member);
@@ -440,10 +420,13 @@ async fn inject(
         }
         MemberFault::Restart => {
             cluster.kill(member);
-            cluster.restart(member).await;
+            cluster.restart(member).await.expect("restart");
         }
     }
-    cluster.wait_healthy().await;
+    cluster
+        .wait_healthy()
+        .await
+        .expect("the cluster serves again");
 }
 
 /// Ms from `at` until a renewal sent after `at` was confirmed; `None` when
@@ -468,7 +451,7 @@ pub async fn first_renewal_after(
 /// other releases. Returns, in ms, the time from the start of each release
 /// to the waiter's grant.
 pub async fn handover_with_a_member_dead<S>(
-    cluster: &mut impl ClusterFaults,
+    cluster: &mut impl MemberCluster,
     a: S,
     b: S,
     ttl: Duration,
@@ -482,7 +465,7 @@ where
         .ttl(ttl)
         .timeout(Duration::from_secs(30));
     let mut samples = Vec::new();
-    for member in 0..cluster.members() {
+    for member in 0..cluster.member_count() {
         let mut holder = a.acquire(&lock, &opts).await.unwrap();
         let (mut me, mut other) = (a.clone(), b.clone());
         for round in 0..per_member {
@@ -509,8 +492,11 @@ where
             std::mem::swap(&mut me, &mut other);
         }
         holder.release().await.unwrap();
-        cluster.restart(member).await;
-        cluster.wait_healthy().await;
+        cluster.restart(member).await.expect("restart");
+        cluster
+            .wait_healthy()
+            .await
+            .expect("the cluster serves again");
     }
     samples
 }

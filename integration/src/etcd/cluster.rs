@@ -17,7 +17,7 @@ use std::fmt;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,7 +27,7 @@ use rustix::process::Signal;
 use tempfile::TempDir;
 
 use crate::cache::{cache_dir, etcd_release};
-use crate::member::MemberProcess;
+use crate::member::{MemberCluster, MemberProcess};
 use crate::pki::TlsFiles;
 
 /// How long one harness request (status, get, put) may take.
@@ -330,7 +330,7 @@ impl EtcdCluster {
             dir,
         };
         for i in 0..cluster.members.len() {
-            cluster.spawn(i)?;
+            cluster.start_member(i)?;
         }
         cluster.wait_healthy().await?;
         Ok(cluster)
@@ -398,25 +398,6 @@ impl EtcdCluster {
             });
         }
         cmd
-    }
-
-    fn spawn(&mut self, i: usize) -> Result<(), HarnessError> {
-        let m = &self.members[i];
-        m.process.start(&mut self.command(i)).map_err(|e| {
-            let what = format!("starting {} ({})", m.process.name(), self.binary.display());
-            HarnessError::io(what, e)
-        })
-    }
-
-    fn check_index(&self, i: usize) -> Result<(), HarnessError> {
-        if i < self.members.len() {
-            Ok(())
-        } else {
-            Err(HarnessError::Usage(format!(
-                "member {i} out of range: the cluster has {}",
-                self.members.len()
-            )))
-        }
     }
 
     fn scheme(&self) -> &'static str {
@@ -536,93 +517,6 @@ impl EtcdCluster {
         }
     }
 
-    fn process(&self, i: usize) -> Option<&MemberProcess> {
-        self.members.get(i).map(|m| &m.process)
-    }
-
-    /// Whether member `i` has a process (running or paused).
-    pub fn is_running(&self, i: usize) -> bool {
-        self.process(i).is_some_and(MemberProcess::is_running)
-    }
-
-    /// The process id of member `i` while it has a process.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.process(i).and_then(MemberProcess::pid)
-    }
-
-    /// Whether member `i` is stopped by [`EtcdCluster::pause`].
-    pub fn is_paused(&self, i: usize) -> bool {
-        self.process(i).is_some_and(MemberProcess::is_paused)
-    }
-
-    /// Kills member `i` with SIGKILL and reaps it; its data directory stays
-    /// for [`EtcdCluster::restart`]. Does nothing if it is not running.
-    pub fn kill(&mut self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.kill();
-        }
-    }
-
-    /// Starts member `i` again (killing it first if it still runs) with the
-    /// same name, ports and data directory, and waits until the whole
-    /// cluster is healthy.
-    pub async fn restart(&mut self, i: usize) -> Result<(), HarnessError> {
-        self.check_index(i)?;
-        self.kill(i);
-        self.spawn(i)?;
-        self.wait_healthy().await
-    }
-
-    /// Kills every member and starts them all again on their data, then
-    /// waits until the cluster is healthy (one by one would never regain a
-    /// quorum).
-    pub async fn restart_all(&mut self) -> Result<(), HarnessError> {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
-        for i in 0..self.members.len() {
-            self.spawn(i)?;
-        }
-        self.wait_healthy().await
-    }
-
-    /// Stops member `i` with SIGSTOP (the process stays, its sockets stay
-    /// open, it answers nothing): a stalled, not a crashed, member.
-    pub fn pause(&self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.pause();
-        }
-    }
-
-    /// Continues member `i` after [`EtcdCluster::pause`] (SIGCONT).
-    pub fn resume(&self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.resume();
-        }
-    }
-
-    /// Members that should answer: running and not paused.
-    fn live(&self) -> Vec<usize> {
-        (0..self.members.len())
-            .filter(|&i| self.process(i).is_some_and(MemberProcess::is_live))
-            .collect()
-    }
-
-    /// Fails with [`HarnessError::MemberExited`] when a member that should
-    /// run has exited.
-    fn check_alive(&self) -> Result<(), HarnessError> {
-        for (i, m) in self.members.iter().enumerate() {
-            if let Some(status) = m.process.exited() {
-                return Err(HarnessError::MemberExited {
-                    member: i,
-                    status: status.to_string(),
-                    log: m.process.log_tail(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Member `i`'s own raft id and the leader id it reports (0: none).
     async fn status_of(&self, i: usize) -> Result<(u64, u64), HarnessError> {
         let mut client = self.member_client(i).await?;
@@ -671,25 +565,6 @@ impl EtcdCluster {
         Ok(())
     }
 
-    /// Waits (at most the startup timeout) until every running, unpaused
-    /// member answers a linearizable read and knows a leader. Fails early,
-    /// with the member's log tail, when a member process has exited.
-    pub async fn wait_healthy(&self) -> Result<(), HarnessError> {
-        let timeout = self.opts.startup_timeout;
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.check_alive()?;
-            let last = match self.health_round().await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if Instant::now() >= deadline {
-                return Err(self.timeout_error("becoming healthy", timeout, &last));
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
     fn timeout_error(&self, what: &str, timeout: Duration, last: &HarnessError) -> HarnessError {
         let mut msg = format!(
             "{} cluster not done {what} within {timeout:?}; last error: {last}",
@@ -702,23 +577,6 @@ impl EtcdCluster {
             ));
         }
         HarnessError::Timeout(msg)
-    }
-
-    /// The index of the current raft leader: a live member that reports
-    /// itself as leader and that a majority of the cluster's members
-    /// confirm. Waits up to 15 s for an election to settle.
-    pub async fn leader(&self) -> Result<usize, HarnessError> {
-        let deadline = Instant::now() + LEADER_TIMEOUT;
-        loop {
-            let last = match self.leader_round().await {
-                Ok(i) => return Ok(i),
-                Err(e) => e,
-            };
-            if Instant::now() >= deadline {
-                return Err(self.timeout_error("electing a leader", LEADER_TIMEOUT, &last));
-            }
-            tokio::time::sleep(POLL).await;
-        }
     }
 
     async fn leader_round(&self) -> Result<usize, HarnessError> {
@@ -745,12 +603,76 @@ impl EtcdCluster {
             "no leader confirmed by a majority yet (reports: {votes:?}, members: {own:?})"
         )))
     }
+}
 
-    /// The last lines of member `i`'s log (all its runs), for failure
-    /// messages.
-    pub fn log_tail(&self, i: usize) -> String {
-        self.process(i)
-            .map_or_else(|| format!("(no member {i})"), MemberProcess::log_tail)
+impl MemberCluster for EtcdCluster {
+    type Error = HarnessError;
+
+    fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    fn member(&self, i: usize) -> Option<&MemberProcess> {
+        self.members.get(i).map(|m| &m.process)
+    }
+
+    fn start_member(&mut self, i: usize) -> Result<(), HarnessError> {
+        let m = &self.members[i];
+        m.process.start(&mut self.command(i)).map_err(|e| {
+            let what = format!("starting {} ({})", m.process.name(), self.binary.display());
+            HarnessError::io(what, e)
+        })
+    }
+
+    /// Waits (at most the startup timeout) until every running, unpaused
+    /// member answers a linearizable read and knows a leader. Fails early,
+    /// with the member's log tail, when a member process has exited.
+    async fn wait_healthy(&self) -> Result<(), HarnessError> {
+        let timeout = self.opts.startup_timeout;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive()?;
+            let last = match self.health_round().await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error("becoming healthy", timeout, &last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The index of the current raft leader: a live member that reports
+    /// itself as leader and that a majority of the cluster's members
+    /// confirm. Waits up to 15 s for an election to settle.
+    async fn leader(&self) -> Result<usize, HarnessError> {
+        let deadline = Instant::now() + LEADER_TIMEOUT;
+        loop {
+            let last = match self.leader_round().await {
+                Ok(i) => return Ok(i),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout_error("electing a leader", LEADER_TIMEOUT, &last));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn out_of_range(&self, i: usize) -> HarnessError {
+        HarnessError::Usage(format!(
+            "member {i} out of range: the cluster has {}",
+            self.members.len()
+        ))
+    }
+
+    fn member_exited(&self, i: usize, status: ExitStatus, log: String) -> HarnessError {
+        HarnessError::MemberExited {
+            member: i,
+            status: status.to_string(),
+            log,
+        }
     }
 }
 

@@ -45,6 +45,7 @@ use super::pki::{make_pki, Pki};
 use super::rbac::{lease_reader_rbac, lease_user_rbac, RBAC_MANIFEST};
 use crate::cache::{cached_bin, kubernetes_release};
 use crate::etcd::cluster::{EtcdCluster, EtcdVersion};
+use crate::member::MemberCluster;
 use crate::Reaped;
 
 /// The namespace the harness creates and binds the RBAC rules in.

@@ -30,7 +30,7 @@ use std::fmt;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -39,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::cache::{cache_dir, zookeeper_debian_release, zookeeper_release};
-use crate::member::MemberProcess;
+use crate::member::{MemberCluster, MemberProcess};
 use crate::pki::TlsFiles;
 
 /// Where Debian installs Java libraries.
@@ -641,7 +641,7 @@ impl ZkEnsemble {
             ensemble.write_config(i)?;
         }
         for i in 0..count {
-            ensemble.spawn(i)?;
+            ensemble.start_member(i)?;
         }
         ensemble.wait_healthy().await?;
         Ok(ensemble)
@@ -764,26 +764,6 @@ impl ZkEnsemble {
         cmd
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), ZkHarnessError> {
-        self.servers[i]
-            .process
-            .start(&mut self.command(i))
-            .map_err(|e| {
-                ZkHarnessError::io(format!("starting server {i} ({})", self.java.display()), e)
-            })
-    }
-
-    fn check_index(&self, i: usize) -> Result<(), ZkHarnessError> {
-        if i < self.servers.len() {
-            Ok(())
-        } else {
-            Err(ZkHarnessError::Usage(format!(
-                "server {i} out of range: the ensemble has {}",
-                self.servers.len()
-            )))
-        }
-    }
-
     /// The release the ensemble runs.
     pub fn version(&self) -> ZkVersion {
         self.version
@@ -833,93 +813,6 @@ impl ZkEnsemble {
     /// The classpath the servers run with.
     pub fn classpath(&self) -> &str {
         &self.classpath
-    }
-
-    fn process(&self, i: usize) -> Option<&MemberProcess> {
-        self.servers.get(i).map(|s| &s.process)
-    }
-
-    /// Whether server `i` has a process (running or paused).
-    pub fn is_running(&self, i: usize) -> bool {
-        self.process(i).is_some_and(MemberProcess::is_running)
-    }
-
-    /// The process id of server `i` while it has a process.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.process(i).and_then(MemberProcess::pid)
-    }
-
-    /// Whether server `i` is stopped by [`ZkEnsemble::pause`].
-    pub fn is_paused(&self, i: usize) -> bool {
-        self.process(i).is_some_and(MemberProcess::is_paused)
-    }
-
-    /// Kills server `i` with SIGKILL and reaps it; its data directory stays
-    /// for [`ZkEnsemble::restart`]. Does nothing if it is not running.
-    pub fn kill(&mut self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.kill();
-        }
-    }
-
-    /// Starts server `i` again (killing it first if it still runs) with the
-    /// same id, ports and data, and waits until the whole ensemble is
-    /// healthy.
-    pub async fn restart(&mut self, i: usize) -> Result<(), ZkHarnessError> {
-        self.check_index(i)?;
-        self.kill(i);
-        self.spawn(i)?;
-        self.wait_healthy().await
-    }
-
-    /// Kills every server and starts them all again on their data, then
-    /// waits until the ensemble is healthy (one by one would never regain a
-    /// quorum).
-    pub async fn restart_all(&mut self) -> Result<(), ZkHarnessError> {
-        for i in 0..self.servers.len() {
-            self.kill(i);
-        }
-        for i in 0..self.servers.len() {
-            self.spawn(i)?;
-        }
-        self.wait_healthy().await
-    }
-
-    /// Stops server `i` with SIGSTOP (the process stays, its sockets stay
-    /// open, it answers nothing): a stalled, not a crashed, server.
-    pub fn pause(&self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.pause();
-        }
-    }
-
-    /// Continues server `i` after [`ZkEnsemble::pause`] (SIGCONT).
-    pub fn resume(&self, i: usize) {
-        if let Some(p) = self.process(i) {
-            p.resume();
-        }
-    }
-
-    /// Servers that should answer: running and not paused.
-    fn live(&self) -> Vec<usize> {
-        (0..self.servers.len())
-            .filter(|&i| self.process(i).is_some_and(MemberProcess::is_live))
-            .collect()
-    }
-
-    /// Fails with [`ZkHarnessError::ServerExited`] when a server that
-    /// should run has exited.
-    fn check_alive(&self) -> Result<(), ZkHarnessError> {
-        for (i, s) in self.servers.iter().enumerate() {
-            if let Some(status) = s.process.exited() {
-                return Err(ZkHarnessError::ServerExited {
-                    server: i,
-                    status: status.to_string(),
-                    log: s.process.log_tail(),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Server `i`'s answer to `srvr` (one exchange, at most 2 s).
@@ -987,26 +880,6 @@ impl ZkEnsemble {
         Ok(leader)
     }
 
-    /// Waits (at most 45 s) until every running, unpaused server answers
-    /// `srvr` as a serving leader, follower or standalone server, with
-    /// exactly one leader, and opens and closes a session (a quorum
-    /// transaction) through each. Fails early, with the server's log tail, when a
-    /// server process has exited.
-    pub async fn wait_healthy(&self) -> Result<(), ZkHarnessError> {
-        self.poll("becoming healthy", STARTUP_TIMEOUT)
-            .await
-            .map(|_| ())
-    }
-
-    /// The index of the current leader (of the standalone server for a
-    /// single server): the one live server reporting `Mode: leader`, with
-    /// every other live server serving as a follower and a session opening
-    /// through each (the checks of [`ZkEnsemble::wait_healthy`]). Waits up
-    /// to 20 s for an election to settle.
-    pub async fn leader(&self) -> Result<usize, ZkHarnessError> {
-        self.poll("electing a leader", LEADER_TIMEOUT).await
-    }
-
     async fn poll(&self, what: &str, timeout: Duration) -> Result<usize, ZkHarnessError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -1040,12 +913,61 @@ impl ZkEnsemble {
         }
         ZkHarnessError::Timeout(msg)
     }
+}
 
-    /// The last lines of server `i`'s log (all its runs), for failure
-    /// messages.
-    pub fn log_tail(&self, i: usize) -> String {
-        self.process(i)
-            .map_or_else(|| format!("(no server {i})"), MemberProcess::log_tail)
+impl MemberCluster for ZkEnsemble {
+    type Error = ZkHarnessError;
+
+    fn member_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    fn member(&self, i: usize) -> Option<&MemberProcess> {
+        self.servers.get(i).map(|m| &m.process)
+    }
+
+    fn start_member(&mut self, i: usize) -> Result<(), ZkHarnessError> {
+        self.servers[i]
+            .process
+            .start(&mut self.command(i))
+            .map_err(|e| {
+                ZkHarnessError::io(format!("starting server {i} ({})", self.java.display()), e)
+            })
+    }
+
+    /// Waits (at most 45 s) until every running, unpaused server answers
+    /// `srvr` as a serving leader, follower or standalone server, with
+    /// exactly one leader, and opens and closes a session (a quorum
+    /// transaction) through each. Fails early, with the server's log tail, when a
+    /// server process has exited.
+    async fn wait_healthy(&self) -> Result<(), ZkHarnessError> {
+        self.poll("becoming healthy", STARTUP_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+
+    /// The index of the current leader (of the standalone server for a
+    /// single server): the one live server reporting `Mode: leader`, with
+    /// every other live server serving as a follower and a session opening
+    /// through each (the checks of [`ZkEnsemble::wait_healthy`]). Waits up
+    /// to 20 s for an election to settle.
+    async fn leader(&self) -> Result<usize, ZkHarnessError> {
+        self.poll("electing a leader", LEADER_TIMEOUT).await
+    }
+
+    fn out_of_range(&self, i: usize) -> ZkHarnessError {
+        ZkHarnessError::Usage(format!(
+            "server {i} out of range: the ensemble has {}",
+            self.servers.len()
+        ))
+    }
+
+    fn member_exited(&self, i: usize, status: ExitStatus, log: String) -> ZkHarnessError {
+        ZkHarnessError::ServerExited {
+            server: i,
+            status: status.to_string(),
+            log,
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
 use fencing_integration::etcd::cluster::{ClusterOptions, EtcdCluster, EtcdVersion, HarnessError};
+use fencing_integration::member::MemberCluster;
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::pki::make_tls;
 

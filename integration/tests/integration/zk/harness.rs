@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use fencing_integration::member::MemberCluster;
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::zk::ensemble::{
     four_letter_word, ZkEnsemble, ZkHarnessError, ZkMode, ZkVersion,
