@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource, FencingToken, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
 use fencing_testkit::History;
 
 use crate::member::MemberCluster;
@@ -530,4 +530,56 @@ where
         all.extend(done.map_err(|e| format!("acquire worker: {e}"))??);
     }
     Ok(all)
+}
+
+/// A grant of one cluster shown to a source of another: `validate` and a
+/// gate of the other cluster refuse it as foreign, and the gate writes
+/// nothing.
+pub async fn foreign_grant_is_refused(
+    minter: &impl FencingSource,
+    other: &impl FencingSource,
+    other_gate: &impl Gate,
+    ttl: Duration,
+) {
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(30));
+    let g = minter
+        .acquire(&ResourceName::new("foreign").unwrap(), &opts)
+        .await
+        .unwrap();
+    assert!(matches!(
+        other.validate(&g).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert!(matches!(
+        other_gate.admit_grant(g.info()).await,
+        Err(Error::ForeignSource { .. })
+    ));
+    assert_eq!(
+        other_gate.high_water(g.resource()).await.unwrap(),
+        None,
+        "nothing was written"
+    );
+    g.release().await.unwrap();
+}
+
+/// Connecting to an endpoint that answers nothing fails with a timeout that
+/// names the endpoint, well within 10 s (the request timeout is shorter).
+pub async fn unreachable_endpoint_times_out<S: std::fmt::Debug>(
+    connect: impl Future<Output = fencing::Result<S>>,
+    endpoint: &str,
+) {
+    let started = tokio::time::Instant::now();
+    match connect.await {
+        Err(Error::Timeout { operation, .. }) => {
+            assert!(operation.contains(endpoint), "{operation}")
+        }
+        other => panic!("unreachable endpoint {endpoint}: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
 }

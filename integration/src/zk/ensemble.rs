@@ -12,11 +12,11 @@
 //! Every server is a JVM running `QuorumPeerMain` on free loopback ports
 //! (client, quorum, election), with its `zoo.cfg`, `myid`, data directory
 //! and log file in one temporary directory; it is killed and reaped when the
-//! [`ZkEnsemble`] is dropped, also when a test panics. The harness needs
-//! no ZooKeeper client library: it asks the servers with four-letter words
-//! over plain TCP ([`four_letter_word`]) and proves that a server reaches
-//! the quorum by opening and closing a session with a bare handshake
-//! ([`session_roundtrip`]). Every call has a timeout and every wait is
+//! [`ZkEnsemble`] is dropped, also when a test panics. The harness asks
+//! the servers with four-letter words over plain TCP
+//! ([`four_letter_word`]: no client library speaks them) and proves that a
+//! server reaches the quorum by opening a session through it alone with
+//! zookeeper-client ([`session_roundtrip`]). Every call has a timeout and every wait is
 //! bounded.
 //!
 //! [`ZkEnsemble::start_with`] adds client security ([`ZkOptions`]): a TLS
@@ -90,11 +90,9 @@ const MAX_SERVERS: usize = 7;
 
 /// The server connection factory that can serve TLS.
 const NETTY_FACTORY: &str = "org.apache.zookeeper.server.NettyServerCnxnFactory";
-/// The ZooKeeper error codes `AUTHFAILED` and
-/// `SESSIONCLOSEDREQUIRESASLAUTH`: answers to a request of an
-/// unauthenticated session when authentication is enforced (3.8 and 3.9
-/// answer the latter).
-const ZK_AUTH_REFUSED: [i32; 2] = [-115, -124];
+/// The session timeout the health check asks for (within the servers'
+/// 20-tick maximum).
+const HEALTH_SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How to start an ensemble; [`ZkOptions::new`] gives a plain one (what
 /// [`ZkEnsemble::start`] runs).
@@ -117,9 +115,8 @@ pub struct ZkOptions {
     pub sasl_users: Vec<(String, String)>,
     /// With `sasl_users`: refuse every request of a session that has not
     /// authenticated with SASL (`enforce.auth.enabled=true`,
-    /// `enforce.auth.schemes=sasl`). The harness's health check then only
-    /// opens sessions (the server refuses to close them) and leaves them
-    /// to expire.
+    /// `enforce.auth.schemes=sasl`). The harness's health check
+    /// authenticates as the first user.
     pub require_sasl: bool,
     /// The servers' `minSessionTimeout` (the harness's default is 400 ms):
     /// sessions asking for less get this.
@@ -396,78 +393,32 @@ pub async fn four_letter_word(
     }
 }
 
-/// Opens a ZooKeeper session through the server at `addr` with a bare
-/// client handshake (a jute `ConnectRequest`, no client library) and closes
-/// it again; returns the session id. Creating and closing a session are
-/// quorum transactions, so success proves that this server is connected to
-/// a working leader (or is a working standalone server) — which `srvr`
-/// alone does not: a follower that was stopped past `syncLimit` still says
-/// `Mode: follower` for a moment after it continues, before it notices that
-/// the leader dropped it. The whole exchange takes at most `timeout`.
-pub async fn session_roundtrip(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
-    session_exchange(addr, timeout, true).await
-}
-
-/// Like [`session_roundtrip`], but for a server that enforces
-/// authentication: opens a session with a bare handshake, then asks to
-/// close it and also accepts the refusal (`SESSIONCLOSEDREQUIRESASLAUTH`
-/// or `AUTHFAILED`) as an answer: the server refuses every request of an
-/// unauthenticated session, drops the connection, and the session expires
-/// after 4 s. The session's creation
-/// is a quorum transaction, so this still proves that the server reaches a
-/// working leader.
-pub async fn session_open(addr: &str, timeout: Duration) -> Result<i64, ZkHarnessError> {
-    session_exchange(addr, timeout, false).await
-}
-
-async fn session_exchange(
+/// Opens a ZooKeeper session through the server at `addr` alone (with
+/// zookeeper-client; SASL DIGEST-MD5 as `sasl` when given) and returns its
+/// id; dropping the client then closes the session from its background
+/// task. Creating a session is a quorum transaction, so success proves that
+/// this server is connected to a working leader (or is a working
+/// standalone server) — which `srvr` alone does not: a follower that was
+/// stopped past `syncLimit` still says `Mode: follower` for a moment after
+/// it continues, before it notices that the leader dropped it. Takes at most
+/// `timeout`.
+pub async fn session_roundtrip(
     addr: &str,
+    sasl: Option<(&str, &str)>,
     timeout: Duration,
-    must_close: bool,
 ) -> Result<i64, ZkHarnessError> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        // ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId,
-        // passwd (length-prefixed), readOnly.
-        let mut connect = Vec::with_capacity(45);
-        connect.extend_from_slice(&0i32.to_be_bytes());
-        connect.extend_from_slice(&0i64.to_be_bytes());
-        connect.extend_from_slice(&4000i32.to_be_bytes());
-        connect.extend_from_slice(&0i64.to_be_bytes());
-        connect.extend_from_slice(&16i32.to_be_bytes());
-        connect.extend_from_slice(&[0u8; 16]);
-        connect.push(0);
-        write_frame(&mut stream, &connect).await?;
-        // ConnectResponse: protocolVersion, timeOut, sessionId, passwd, ...
-        let reply = read_frame(&mut stream).await?;
-        if reply.len() < 16 {
-            return Err(bad_data("short connect response"));
-        }
-        let negotiated = i32::from_be_bytes(reply[4..8].try_into().expect("4 bytes"));
-        let session = i64::from_be_bytes(reply[8..16].try_into().expect("8 bytes"));
-        if negotiated <= 0 || session == 0 {
-            return Err(bad_data("the server refused the session"));
-        }
-        // closeSession: RequestHeader { xid: 1, type: -11 }.
-        let mut close = Vec::with_capacity(8);
-        close.extend_from_slice(&1i32.to_be_bytes());
-        close.extend_from_slice(&(-11i32).to_be_bytes());
-        write_frame(&mut stream, &close).await?;
-        // ReplyHeader: xid, zxid, err.
-        let reply = read_frame(&mut stream).await?;
-        if reply.len() < 16 {
-            return Err(bad_data("short close response"));
-        }
-        let err = i32::from_be_bytes(reply[12..16].try_into().expect("4 bytes"));
-        if err != 0 && (must_close || !ZK_AUTH_REFUSED.contains(&err)) {
-            return Err(bad_data(&format!(
-                "closing the session failed with code {err}"
-            )));
-        }
-        Ok(session)
-    };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(Ok(session)) => Ok(session),
+    let mut connector = zookeeper_client::Client::connector()
+        .with_session_timeout(HEALTH_SESSION_TIMEOUT)
+        .with_connection_timeout(timeout)
+        .with_fail_eagerly();
+    if let Some((user, password)) = sasl {
+        connector = connector.with_sasl(zookeeper_client::SaslOptions::digest_md5(
+            user.to_owned(),
+            password.to_owned(),
+        ));
+    }
+    match tokio::time::timeout(timeout, connector.connect(addr)).await {
+        Ok(Ok(client)) => Ok(client.session_id().0),
         Ok(Err(e)) => Err(ZkHarnessError::Unhealthy(format!(
             "no session through {addr}: {e}"
         ))),
@@ -475,30 +426,6 @@ async fn session_exchange(
             "no session through {addr} within {timeout:?}"
         ))),
     }
-}
-
-fn bad_data(msg: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
-}
-
-async fn write_frame(stream: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
-    let len = i32::try_from(body.len()).map_err(|_| bad_data("frame too long"))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(body);
-    stream.write_all(&frame).await
-}
-
-async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).await?;
-    let len = i32::from_be_bytes(len);
-    if !(0..=1 << 20).contains(&len) {
-        return Err(bad_data(&format!("implausible frame length {len}")));
-    }
-    let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body).await?;
-    Ok(body)
 }
 
 /// One server of an ensemble.
@@ -873,9 +800,10 @@ impl ZkEnsemble {
             )));
         };
         // Every server really reaches the leader (see session_roundtrip).
+        let sasl = self.options.sasl_users.first();
+        let sasl = sasl.map(|(user, password)| (user.as_str(), password.as_str()));
         for i in self.live() {
-            let must_close = !self.options.require_sasl;
-            session_exchange(&self.endpoint(i), FOUR_LETTER_TIMEOUT, must_close).await?;
+            session_roundtrip(&self.endpoint(i), sasl, FOUR_LETTER_TIMEOUT).await?;
         }
         Ok(leader)
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fencing::{AcquireOptions, Error, FencingSource, Gate, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::etcd::fixture::EtcdFixture;
@@ -192,25 +192,8 @@ async fn foreign_cluster_is_refused(version: EtcdVersion) {
         EtcdFixture::start(version).await,
     );
     let (sx, sy) = (x.source().await, y.source().await);
-    let g = sx
-        .acquire(&r("foreign"), &opts(Duration::from_secs(5)))
-        .await
-        .unwrap();
-    assert!(matches!(
-        sy.validate(&g).await,
-        Err(Error::ForeignSource { .. })
-    ));
     let gate = sy.gate("/fencing-test-gate").unwrap();
-    assert!(matches!(
-        gate.admit_grant(&g).await,
-        Err(Error::ForeignSource { .. })
-    ));
-    assert_eq!(
-        gate.high_water(g.resource()).await.unwrap(),
-        None,
-        "nothing was written"
-    );
-    g.release().await.unwrap();
+    scenarios::foreign_grant_is_refused(&sx, &sy, &gate, Duration::from_secs(5)).await;
 }
 
 /// A guarded txn writes only while the grant holds the lock.
@@ -346,18 +329,7 @@ async fn bad_input_is_refused(version: EtcdVersion) {
     let cfg = EtcdConfig::new([dead.endpoint()], "/p")
         .unwrap()
         .request_timeout(Duration::from_millis(800));
-    let started = tokio::time::Instant::now();
-    match fencing_etcd::EtcdSource::connect(cfg).await {
-        Err(Error::Timeout { operation, .. }) => {
-            assert!(operation.contains(&dead.endpoint()), "{operation}")
-        }
-        other => panic!("unreachable cluster: {other:?}"),
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    scenarios::unreachable_endpoint_times_out(EtcdSource::connect(cfg), &dead.endpoint()).await;
     assert!(matches!(
         EtcdConfig::new(f.cluster.endpoints(), ""),
         Err(Error::Config(_))

@@ -273,28 +273,7 @@ async fn a_panicking_test_leaves_no_member_behind(version: EtcdVersion) {
     }
 }
 
-macro_rules! on_both_versions {
-    ($($name:ident),* $(,)?) => {
-        mod v3_4 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::EtcdVersion::V3_4).await;
-                }
-            )*
-        }
-        mod v3_6 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::EtcdVersion::V3_6).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_versions!(
+fencing_integration::on_both_etcd_versions!(
     three_members_serve_through_every_endpoint,
     killed_leader_is_replaced_and_restarts_with_its_data,
     paused_follower_does_not_stop_the_cluster,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, FencingToken, ResourceName};
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::scenarios;
 use fencing_integration::zk::ensemble::ZkVersion;
@@ -141,25 +141,8 @@ async fn foreign_ensemble_is_refused(version: ZkVersion) {
         ZkFixture::start_with(version, 1).await,
     );
     let (sx, sy) = (x.source().await, y.source().await);
-    let g = sx
-        .acquire(&r("foreign"), &opts(Duration::from_secs(2)))
-        .await
-        .unwrap();
-    assert!(matches!(
-        sy.validate(&g).await,
-        Err(Error::ForeignSource { .. })
-    ));
     let gate = sy.gate("/fencing-test/gate").await.unwrap();
-    assert!(matches!(
-        gate.admit_grant(&g).await,
-        Err(Error::ForeignSource { .. })
-    ));
-    assert_eq!(
-        gate.high_water(g.resource()).await.unwrap(),
-        None,
-        "nothing was written"
-    );
-    g.release().await.unwrap();
+    scenarios::foreign_grant_is_refused(&sx, &sy, &gate, Duration::from_secs(2)).await;
 }
 
 /// A guarded multi writes only while the grant's node exists.
@@ -362,18 +345,7 @@ async fn bad_input_is_refused(version: ZkVersion) {
     let cfg = f
         .config(vec![dead.endpoint()])
         .request_timeout(Duration::from_millis(800));
-    let started = tokio::time::Instant::now();
-    match ZkSource::connect(cfg).await {
-        Err(Error::Timeout { operation, .. }) => {
-            assert!(operation.contains(&dead.endpoint()), "{operation}")
-        }
-        other => panic!("unreachable ensemble: {other:?}"),
-    }
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    scenarios::unreachable_endpoint_times_out(ZkSource::connect(cfg), &dead.endpoint()).await;
     for path in ["relative", "/ends/", "/a//b", "/a/./b", "/a/../b", "/"] {
         assert!(
             matches!(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use fencing_integration::member::MemberCluster;
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::zk::ensemble::{
-    four_letter_word, ZkEnsemble, ZkHarnessError, ZkMode, ZkVersion,
+    four_letter_word, session_roundtrip, ZkEnsemble, ZkHarnessError, ZkMode, ZkVersion,
 };
 
 /// A bound for a single four-letter word in these tests.
@@ -217,6 +217,32 @@ async fn a_single_server_runs_standalone(version: ZkVersion) {
     assert_eq!(modes, vec![(0, "standalone".to_string())]);
 }
 
+/// The health check's proof that a server reaches the leader: a session
+/// opens through a follower while the quorum serves, and not while the
+/// other two servers are stopped, though the follower still accepts
+/// connections (and, for a moment, still says `Mode: follower`).
+async fn a_server_without_a_quorum_opens_no_session(version: ZkVersion) {
+    let ensemble = start(version, 3).await;
+    let leader = ensemble.leader().await.unwrap();
+    let (lone, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    session_roundtrip(&ensemble.endpoint(lone), None, CALL)
+        .await
+        .expect("a session through a follower of a serving ensemble");
+    ensemble.pause(leader);
+    ensemble.pause(other);
+    let refused = session_roundtrip(&ensemble.endpoint(lone), None, CALL).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ZkHarnessError::Unhealthy(_) | ZkHarnessError::Timeout(_))
+        ),
+        "a session without a quorum: {refused:?}"
+    );
+    ensemble.resume(leader);
+    ensemble.resume(other);
+    ensemble.wait_healthy().await.expect("healthy again");
+}
+
 async fn proxy_blackhole_partitions_a_client(version: ZkVersion) {
     let ensemble = start(version, 1).await;
     let target: SocketAddr = ensemble.endpoint(0).parse().unwrap();
@@ -285,28 +311,8 @@ async fn a_panicking_test_leaves_no_server_behind(version: ZkVersion) {
     assert!(!dir.exists(), "{} outlived the panic", dir.display());
 }
 
-macro_rules! on_both_versions {
-    ($($name:ident),* $(,)?) => {
-        mod v3_8 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::ZkVersion::V3_8).await;
-                }
-            )*
-        }
-        mod v3_9 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::ZkVersion::V3_9).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_versions!(
+fencing_integration::on_both_zk_versions!(
+    a_server_without_a_quorum_opens_no_session,
     three_servers_elect_exactly_one_leader,
     killed_leader_is_replaced_and_rejoins,
     restart_all_regains_a_quorum,
