@@ -432,7 +432,7 @@ async fn inject(
 /// Ms from `at` until a renewal sent after `at` was confirmed; `None` when
 /// the grant was lost first.
 pub async fn first_renewal_after(
-    lease: fencing::LeaseTracker,
+    lease: fencing::LeaseView,
     at: tokio::time::Instant,
 ) -> Option<u128> {
     loop {

@@ -101,7 +101,7 @@ pub async fn elect(args: ElectArgs) -> Result<()> {
         tokio::select! {
             reason = leadership.lost() => {
                 let mut fields = fields;
-                fields["reason"] = json!(reason);
+                fields["reason"] = json!(reason.to_string());
                 emit("lost", name, fields);
                 // Dropping the lost term releases whatever is left of it;
                 // then campaign again, as a client-go candidate would.

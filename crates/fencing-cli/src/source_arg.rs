@@ -33,7 +33,7 @@ pub fn classify(e: Error, context: &str) -> Failure {
 
 /// Parses decimal seconds (`15`, `0.5`) for duration flags.
 pub fn seconds(text: &str) -> std::result::Result<Duration, String> {
-    fencing::positive_seconds(text)
+    fencing::core::backend::positive_seconds(text)
         .ok_or_else(|| format!("{text:?} is not a positive number of seconds"))
 }
 

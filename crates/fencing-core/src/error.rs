@@ -207,10 +207,10 @@ impl Error {
     }
 
     /// Builds [`Error::Lost`].
-    pub fn lost(resource: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn lost(resource: impl Into<String>, reason: impl std::fmt::Display) -> Self {
         Error::Lost {
             resource: resource.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lease::LeaseTracker;
+use crate::lease::{LeaseTracker, LeaseView, LossReason};
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
@@ -208,20 +208,32 @@ impl Grant {
     }
 
     /// Resolves when the grant is or may be lost, with the reason.
-    pub async fn lost(&self) -> String {
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future (e.g. in a `select!` branch that
+    /// lost the race) changes nothing, and a new call resolves as well.
+    pub async fn lost(&self) -> LossReason {
         self.lease.lost().await
     }
 
-    /// The tracker shared with the backend's renewal task.
+    /// The grant's lease, read-only: its last renewal, local deadline and
+    /// loss reason; a clone that outlives the borrow of the grant (to wait
+    /// for [`LeaseView::lost`] in another task).
     #[must_use]
-    pub fn lease(&self) -> &LeaseTracker {
+    pub fn lease(&self) -> LeaseView {
+        self.lease.view()
+    }
+
+    /// The writable tracker, for backends (see [`crate::backend::tracker`]).
+    pub(crate) fn tracker(&self) -> &LeaseTracker {
         &self.lease
     }
 
     /// Gives the grant back so the next contender can take it at once.
     pub async fn release(mut self) -> Result<()> {
         let backend = self.backend.take();
-        self.lease.mark_lost("released");
+        self.lease.mark_lost(LossReason::Released, "released");
         match backend {
             Some(b) => b.release().await,
             None => Ok(()),
@@ -234,7 +246,7 @@ impl Drop for Grant {
         let Some(backend) = self.backend.take() else {
             return;
         };
-        self.lease.mark_lost("dropped");
+        self.lease.mark_lost(LossReason::Released, "dropped");
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let resource = self.info.resource.clone();

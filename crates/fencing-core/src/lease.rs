@@ -25,6 +25,55 @@ pub fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
     sent_at + ttl.saturating_sub(drift_margin(ttl))
 }
 
+/// Why a grant stopped being held, as [`Grant::lost`](crate::Grant::lost)
+/// reports it.
+///
+/// ```
+/// use fencing_core::LossReason;
+///
+/// fn should_retry(reason: LossReason) -> bool {
+///     // Our own release ends the work; any other loss means acquire again.
+///     !matches!(reason, LossReason::Released)
+/// }
+/// assert!(should_retry(LossReason::ExpiredLocally));
+/// assert_eq!(LossReason::Superseded.to_string(), "superseded by another holder");
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The local deadline passed without a confirmed renewal: the
+    /// coordinator may still hold the lease, but the holder can no longer
+    /// count on it.
+    ExpiredLocally,
+    /// A leader's renew deadline passed without a renewal: it steps down
+    /// while its lease still runs, so it stops before anyone else can be
+    /// elected (client-go's RenewDeadline).
+    RenewDeadlinePassed,
+    /// The coordinator ended the lease or session the grant rode on (an
+    /// etcd lease expired, a ZooKeeper session expired or closed).
+    SessionExpired,
+    /// The lock's key, node or Lease was deleted at the server.
+    DeletedAtServer,
+    /// Another holder owns the lock now (a Kubernetes Lease or a local
+    /// lease taken over).
+    Superseded,
+    /// The holder released the grant, dropped it, or closed its source.
+    Released,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::ExpiredLocally => "local deadline passed without a confirmed renewal",
+            LossReason::RenewDeadlinePassed => "leader's renew deadline passed without a renewal",
+            LossReason::SessionExpired => "session or lease expired at the coordinator",
+            LossReason::DeletedAtServer => "deleted at the server",
+            LossReason::Superseded => "superseded by another holder",
+            LossReason::Released => "released",
+        })
+    }
+}
+
 /// Shared between a backend's renewal task and the [`Grant`](crate::Grant)
 /// it serves: the backend reports renewals and server-side loss, the grant
 /// owner watches for loss.
@@ -42,7 +91,7 @@ struct Inner {
     /// Send time of the latest confirmed renewal (or of the grant).
     renewed_at: Mutex<Instant>,
     lost: CancellationToken,
-    reason: Mutex<Option<String>>,
+    reason: Mutex<Option<LossReason>>,
 }
 
 impl LeaseTracker {
@@ -65,7 +114,10 @@ impl LeaseTracker {
     /// already passed: the holder may have acted as a non-holder meanwhile.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
         if !self.is_live() {
-            self.mark_lost("local deadline passed before the renewal was confirmed");
+            self.mark_lost(
+                LossReason::ExpiredLocally,
+                "local deadline passed before the renewal was confirmed",
+            );
             return false;
         }
         {
@@ -83,12 +135,13 @@ impl LeaseTracker {
         true
     }
 
-    /// Marks the grant lost for good. The first reason given is kept.
-    pub fn mark_lost(&self, reason: impl Into<String>) {
+    /// Marks the grant lost for good. The first reason given is kept;
+    /// `detail` (what the backend saw) goes to the log.
+    pub fn mark_lost(&self, reason: LossReason, detail: &str) {
         let mut slot = lock(&self.inner.reason);
         if slot.is_none() {
-            *slot = Some(reason.into());
-            tracing::debug!(reason = slot.as_deref(), "grant marked lost");
+            *slot = Some(reason);
+            tracing::debug!(%reason, detail, "grant marked lost");
         }
         drop(slot);
         self.inner.lost.cancel();
@@ -115,27 +168,21 @@ impl LeaseTracker {
 
     /// Why the grant is lost, once it is.
     #[must_use]
-    pub fn loss_reason(&self) -> Option<String> {
-        if let Some(r) = self
-            .inner
-            .reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        if let Some(r) = *lock(&self.inner.reason) {
             return Some(r);
         }
-        (!self.is_live()).then(|| "local deadline passed".to_owned())
+        (!self.is_live()).then_some(LossReason::ExpiredLocally)
     }
 
     /// Resolves when the grant is lost: reported by the backend, or the local
     /// deadline passed without a renewal. Returns the reason.
-    pub async fn lost(&self) -> String {
+    pub async fn lost(&self) -> LossReason {
         let mut rx = self.inner.deadline.subscribe();
         loop {
             let deadline = *rx.borrow_and_update();
             if Instant::now() >= deadline {
-                self.mark_lost("local deadline passed");
+                self.mark_lost(LossReason::ExpiredLocally, "local deadline passed");
                 break;
             }
             tokio::select! {
@@ -144,7 +191,61 @@ impl LeaseTracker {
                 _ = rx.changed() => {}
             }
         }
-        self.loss_reason().unwrap_or_default()
+        self.loss_reason().unwrap_or(LossReason::ExpiredLocally)
+    }
+
+    /// The read-only view of this tracker that grant holders get.
+    #[must_use]
+    pub fn view(&self) -> LeaseView {
+        LeaseView(self.clone())
+    }
+}
+
+/// A grant's lease as its holder sees it ([`Grant::lease`](crate::Grant::lease)):
+/// when it was last renewed, when it runs out on the local clock, and
+/// whether and why it was lost. Read-only: only the backend renews it or
+/// marks it lost. Cheap to clone; a clone follows the same lease.
+///
+/// A holder cannot extend or silence its own lease:
+///
+/// ```compile_fail
+/// fn silence(grant: &fencing_core::Grant) {
+///     let a_day = std::time::Duration::from_secs(86_400);
+///     grant.lease().renewed(tokio::time::Instant::now(), a_day);
+/// }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaseView(LeaseTracker);
+
+impl LeaseView {
+    /// When the request of the latest confirmed renewal (or of the grant
+    /// itself) was sent: the lease is known to have been valid since then.
+    #[must_use]
+    pub fn last_renewal(&self) -> Instant {
+        self.0.last_renewal()
+    }
+
+    /// The current local deadline: past it the grant counts as lost.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        self.0.deadline()
+    }
+
+    /// True until loss was reported or the local deadline passed.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        self.0.is_live()
+    }
+
+    /// Why the grant is lost, once it is.
+    #[must_use]
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.0.loss_reason()
+    }
+
+    /// Resolves when the grant is lost, with the reason.
+    pub async fn lost(&self) -> LossReason {
+        self.0.lost().await
     }
 }
 
@@ -188,7 +289,11 @@ impl LeaseGroup {
         // new grant is lost either way.
         let mut grants = lock(&self.grants);
         if !self.lease.is_live() {
-            tracker.mark_lost(self.lease.loss_reason().unwrap_or_default());
+            let reason = self.lease.loss_reason();
+            tracker.mark_lost(
+                reason.unwrap_or(LossReason::ExpiredLocally),
+                "tracked after its lease was lost",
+            );
         }
         grants.push(tracker.clone());
         tracker
@@ -198,7 +303,10 @@ impl LeaseGroup {
     /// every live grant. False (and everything lost) when it came too late.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
         if !self.lease.renewed(sent_at, ttl) {
-            self.lose("lease deadline passed before a renewal was confirmed");
+            self.lose(
+                LossReason::ExpiredLocally,
+                "lease deadline passed before a renewal was confirmed",
+            );
             return false;
         }
         *lock(&self.renewed_at) = sent_at;
@@ -212,10 +320,10 @@ impl LeaseGroup {
     }
 
     /// Marks the lease and every grant on it lost.
-    pub fn lose(&self, reason: &str) {
-        self.lease.mark_lost(reason);
+    pub fn lose(&self, reason: LossReason, detail: &str) {
+        self.lease.mark_lost(reason, detail);
         for g in lock(&self.grants).drain(..) {
-            g.mark_lost(reason);
+            g.mark_lost(reason, detail);
         }
     }
 }
@@ -234,7 +342,7 @@ mod tests {
         let ttl = Duration::from_secs(10);
         let t = LeaseTracker::new(sent, ttl);
         assert_eq!(t.deadline(), sent + Duration::from_secs(9));
-        t.lost().await;
+        assert_eq!(t.view().lost().await, LossReason::ExpiredLocally);
         assert_eq!(Instant::now(), sent + Duration::from_secs(9));
         assert!(!t.is_live());
     }
@@ -282,9 +390,9 @@ mod tests {
         assert!(group.renewed(Instant::now(), ttl));
         assert_eq!(a.deadline(), b.deadline());
         assert_eq!(a.deadline(), Instant::now() + Duration::from_secs(9));
-        b.mark_lost("key deleted");
+        b.mark_lost(LossReason::DeletedAtServer, "key deleted");
         assert!(a.is_live() && !b.is_live(), "one grant's loss is its own");
-        group.lose("session expired");
+        group.lose(LossReason::SessionExpired, "session expired");
         assert!(
             !a.is_live() && !group.track().is_live(),
             "the lease's loss is everyone's"
@@ -308,7 +416,7 @@ mod tests {
                 let (group, start) = (group.clone(), start.clone());
                 move || {
                     start.wait();
-                    group.lose("session expired");
+                    group.lose(LossReason::SessionExpired, "session expired");
                 }
             });
             start.wait();
@@ -328,8 +436,9 @@ mod tests {
             let t = t.clone();
             async move { t.lost().await }
         });
-        t.mark_lost("key deleted");
-        t.mark_lost("second reason");
-        assert_eq!(waiter.await.unwrap(), "key deleted");
+        t.mark_lost(LossReason::DeletedAtServer, "key deleted");
+        t.mark_lost(LossReason::Released, "second reason");
+        assert_eq!(waiter.await.unwrap(), LossReason::DeletedAtServer);
+        assert_eq!(t.view().loss_reason(), Some(LossReason::DeletedAtServer));
     }
 }

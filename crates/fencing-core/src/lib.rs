@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 mod durable;
 mod error;
 mod fenced;
@@ -46,21 +47,13 @@ mod settings;
 mod source;
 mod token;
 
-pub use error::{connect_failure, BoxError, Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use fenced::fenced;
-pub use gate::{
-    check_source, check_token, next_mark, FileGate, Gate, Mark, MemoryGate, ValidatingGate,
-};
-pub use grant::{release_until_lost, Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
-pub use lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
+pub use gate::{FileGate, Gate, Mark, MemoryGate, ValidatingGate};
+pub use grant::{Grant, GrantInfo, HolderInfo, SourceId};
+pub use lease::{LeaseView, LossReason};
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};
-pub use settings::{
-    check_leader_timings, is_host_port, positive_seconds, DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-};
-pub use source::{
-    default_holder_identity, ensure_same_source, with_timeout, AcquireOptions, FencingSource,
-    IfHeld,
-};
+pub use settings::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
+pub use source::{default_holder_identity, AcquireOptions, FencingSource, IfHeld};
 pub use token::FencingToken;

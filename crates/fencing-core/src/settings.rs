@@ -21,8 +21,8 @@ pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// ```
 /// use std::time::Duration;
 /// let s = Duration::from_secs;
-/// assert!(fencing_core::check_leader_timings(s(15), s(10), s(2)).is_ok());
-/// assert!(fencing_core::check_leader_timings(s(10), s(10), s(2)).is_err());
+/// assert!(fencing_core::backend::check_leader_timings(s(15), s(10), s(2)).is_ok());
+/// assert!(fencing_core::backend::check_leader_timings(s(10), s(10), s(2)).is_err());
 /// ```
 pub fn check_leader_timings(lease: Duration, renew: Duration, retry: Duration) -> Result<()> {
     if retry.is_zero() {

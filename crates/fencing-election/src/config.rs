@@ -96,7 +96,7 @@ impl ElectionConfig {
                 "election identity must not be empty".to_owned(),
             ));
         }
-        fencing_core::check_leader_timings(
+        fencing_core::backend::check_leader_timings(
             self.lease_duration,
             self.renew_deadline,
             self.retry_period,

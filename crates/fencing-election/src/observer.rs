@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use fencing_core::{with_timeout, FencingSource, FencingToken, HolderInfo, ResourceName, Result};
+use fencing_core::backend::with_timeout;
+use fencing_core::{FencingSource, FencingToken, HolderInfo, ResourceName, Result};
 use tokio::time::{Instant, Sleep};
 
 /// Who leads, as a follower sees it.

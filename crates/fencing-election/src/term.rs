@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{FencingToken, Grant, LeaseTracker, ResourceName, Result};
+use fencing_core::backend::LeaseTracker;
+use fencing_core::{FencingToken, Grant, LossReason, ResourceName, Result};
 use tokio::time::Instant;
 
 /// The loss rule shared by a [`Leadership`] and its [`LeaderContext`]s.
@@ -37,21 +38,23 @@ impl Term {
     }
 
     /// The reason leadership may be lost, or `None` while it holds.
-    fn loss(&self) -> Option<String> {
+    fn loss(&self) -> Option<LossReason> {
         if let Some(reason) = self.tracker.loss_reason() {
             return Some(reason);
         }
         if Instant::now() >= self.renew_by() {
-            self.tracker.mark_lost(format!(
+            let detail = format!(
                 "lease not renewed within renew_deadline ({:?})",
                 self.renew_deadline
-            ));
+            );
+            self.tracker
+                .mark_lost(LossReason::RenewDeadlinePassed, &detail);
             return self.tracker.loss_reason();
         }
         None
     }
 
-    async fn lost(&self) -> String {
+    async fn lost(&self) -> LossReason {
         loop {
             if let Some(reason) = self.loss() {
                 return reason;
@@ -85,7 +88,7 @@ pub struct Leadership {
 impl Leadership {
     pub(crate) fn new(grant: Grant, renew_deadline: Duration) -> Self {
         let term = Arc::new(Term {
-            tracker: grant.lease().clone(),
+            tracker: fencing_core::backend::tracker(&grant).clone(),
             renew_deadline,
             token: grant.token(),
             identity: grant.holder().into(),
@@ -120,7 +123,7 @@ impl Leadership {
     }
 
     /// Resolves, with the reason, when leadership may be lost.
-    pub async fn lost(&self) -> String {
+    pub async fn lost(&self) -> LossReason {
         self.term.lost().await
     }
 
@@ -191,7 +194,7 @@ impl LeaderContext {
     }
 
     /// Resolves, with the reason, when leadership may be lost.
-    pub async fn lost(&self) -> String {
+    pub async fn lost(&self) -> LossReason {
         self.term.lost().await
     }
 }
@@ -221,7 +224,7 @@ mod tests {
         let reason = t.lost().await;
         assert_eq!(Instant::now(), sent + renew, "not at the renew deadline");
         assert_eq!(t.tracker.last_renewal(), sent);
-        assert!(reason.contains("renew_deadline"), "{reason}");
+        assert_eq!(reason, LossReason::RenewDeadlinePassed);
         // Sticky: a late renewal does not make it leader again.
         assert!(!t.tracker.renewed(Instant::now(), ttl));
         assert!(t.loss().is_some());
@@ -234,14 +237,15 @@ mod tests {
         let start = Instant::now();
         let reason = t.lost().await;
         assert_eq!(Instant::now() - start, Duration::from_secs(9));
-        assert_eq!(reason, "local deadline passed");
+        assert_eq!(reason, LossReason::ExpiredLocally);
     }
 
     #[tokio::test]
     async fn server_side_loss_is_reported_at_once() {
         let t = term(Duration::from_secs(15), Duration::from_secs(10));
         assert!(t.loss().is_none());
-        t.tracker.mark_lost("key deleted");
-        assert_eq!(t.lost().await, "key deleted");
+        t.tracker
+            .mark_lost(LossReason::DeletedAtServer, "key deleted");
+        assert_eq!(t.lost().await, LossReason::DeletedAtServer);
     }
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::{is_host_port, positive_seconds, Error, Result};
+use fencing_core::backend::{is_host_port, positive_seconds};
+use fencing_core::{Error, Result};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
 /// sessions fail over faster, and a fenced store is safe either way).

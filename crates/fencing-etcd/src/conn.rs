@@ -218,9 +218,9 @@ async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
 /// etcd_client's error has no `source()`: start from what it wraps.
 fn connect_problem(e: &etcd_client::Error) -> Option<String> {
     match e {
-        etcd_client::Error::GRpcStatus(status) => fencing_core::connect_failure(status),
-        etcd_client::Error::TransportError(t) => fencing_core::connect_failure(t),
-        etcd_client::Error::IoError(io) => fencing_core::connect_failure(io),
+        etcd_client::Error::GRpcStatus(status) => fencing_core::backend::connect_failure(status),
+        etcd_client::Error::TransportError(t) => fencing_core::backend::connect_failure(t),
+        etcd_client::Error::IoError(io) => fencing_core::backend::connect_failure(io),
         _ => None,
     }
 }

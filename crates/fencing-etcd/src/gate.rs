@@ -2,9 +2,8 @@
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use fencing_core::{
-    check_source, check_token, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
-};
+use fencing_core::backend::{check_source, check_token};
+use fencing_core::{Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
 
 use crate::config::check_prefix;
 use crate::conn::Conn;

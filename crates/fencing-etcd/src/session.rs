@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use fencing_core::{Error, LeaseGroup, LeaseTracker, Result};
+use fencing_core::backend::{LeaseGroup, LeaseTracker};
+use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -66,7 +67,7 @@ impl Session {
     }
 
     /// Resolves when the session's lease is or may be gone.
-    pub(crate) async fn lost(&self) -> String {
+    pub(crate) async fn lost(&self) -> LossReason {
         self.group.lease().lost().await
     }
 
@@ -83,7 +84,7 @@ impl Session {
     /// Ends the lease at the server at once (every key on it is deleted).
     pub(crate) async fn revoke(&self, conn: &Conn) -> Result<()> {
         self.keeper.abort();
-        self.group.lose("session closed");
+        self.group.lose(LossReason::Released, "session closed");
         conn.call("lease revoke", |mut c| {
             let id = self.lease_id;
             async move { c.lease_revoke(id).await }
@@ -112,7 +113,7 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) 
     loop {
         tokio::select! {
             _ = group.lease().lost() => {
-                group.lose("etcd lease deadline passed without a confirmed renewal");
+                group.lose(LossReason::ExpiredLocally, "etcd lease deadline passed without a confirmed renewal");
                 return;
             }
             _ = tokio::time::sleep(wait) => {}
@@ -128,7 +129,10 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) 
                 continue;
             }
             Ok(Ok(_)) | Ok(Err(Renewal::Expired)) => {
-                group.lose("etcd lease expired (keep-alive answered TTL 0)");
+                group.lose(
+                    LossReason::SessionExpired,
+                    "etcd lease expired (keep-alive answered TTL 0)",
+                );
                 return;
             }
             Ok(Err(Renewal::Failed(e))) => e.to_string(),

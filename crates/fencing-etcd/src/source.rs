@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
+use fencing_core::backend::{ensure_same_source, release_until_lost, GrantBackend};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, AcquireOptions, Error,
-    FencingSource, FencingToken, Grant, GrantBackend, GrantInfo, HolderInfo, IfHeld, ResourceName,
-    Result, SourceId,
+    default_holder_identity, AcquireOptions, Error, FencingSource, FencingToken, Grant, GrantInfo,
+    HolderInfo, IfHeld, LossReason, ResourceName, Result, SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
@@ -167,7 +167,10 @@ impl EtcdSource {
             })
             .await?;
         if !resp.succeeded() {
-            grant.lease().mark_lost("lock key gone at guarded write");
+            fencing_core::backend::tracker(grant).mark_lost(
+                LossReason::DeletedAtServer,
+                "lock key gone at guarded write",
+            );
             return Err(Error::lost(
                 grant.resource().as_str(),
                 "lock key no longer carries this token",

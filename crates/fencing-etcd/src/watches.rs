@@ -21,7 +21,8 @@ use etcd_client::{
     EventType, WatchFilterType, WatchOptions, WatchRequestSender, WatchResponse,
     WatchResponseStream,
 };
-use fencing_core::{Error, LeaseTracker, Result};
+use fencing_core::backend::LeaseTracker;
+use fencing_core::{Error, LossReason, Result};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -321,7 +322,9 @@ impl Hub {
             return;
         }
         match self.remove(id).map(|w| w.on_delete) {
-            Some(OnDelete::Lose(lease)) => lease.mark_lost("lock key deleted in etcd"),
+            Some(OnDelete::Lose(lease)) => {
+                lease.mark_lost(LossReason::DeletedAtServer, "lock key deleted in etcd")
+            }
             Some(OnDelete::Wake(tx)) => {
                 let _ = tx.send(Ok(()));
             }
@@ -368,7 +371,7 @@ impl Hub {
             }
             Check::Gone => {
                 if let Some(OnDelete::Lose(lease)) = self.remove(id).map(|w| w.on_delete) {
-                    lease.mark_lost("lock key deleted in etcd");
+                    lease.mark_lost(LossReason::DeletedAtServer, "lock key deleted in etcd");
                 }
             }
             Check::Ended => {

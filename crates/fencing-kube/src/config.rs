@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::{positive_seconds, Error, Result};
+use fencing_core::backend::positive_seconds;
+use fencing_core::{Error, Result};
 
 use crate::names::check_namespace;
 
@@ -110,7 +111,7 @@ impl LeaseOptions {
             renew,
             retry,
         } = self.timings(None);
-        fencing_core::check_leader_timings(lease, renew, retry)
+        fencing_core::backend::check_leader_timings(lease, renew, retry)
     }
 
     /// The timings for one grant. A TTL given with the acquire replaces the
@@ -119,9 +120,12 @@ impl LeaseOptions {
     /// (15 : 10 : 2) so the grant still follows the rule of [`Self::check`].
     pub(crate) fn timings(&self, ttl: Option<Duration>) -> Timings {
         let lease = ttl.map_or(self.lease_duration, whole_seconds);
-        let fits =
-            fencing_core::check_leader_timings(lease, self.renew_deadline, self.retry_period)
-                .is_ok();
+        let fits = fencing_core::backend::check_leader_timings(
+            lease,
+            self.renew_deadline,
+            self.retry_period,
+        )
+        .is_ok();
         if ttl.is_none() || fits {
             Timings {
                 lease,

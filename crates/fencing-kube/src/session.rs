@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use fencing_core::{Error, FencingToken, GrantBackend, LeaseTracker, Result};
+use fencing_core::backend::{GrantBackend, LeaseTracker};
+use fencing_core::{Error, FencingToken, LossReason, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -115,8 +116,8 @@ impl GrantBackend for KubeGrant {
 
 /// How one renewal ended, when it did not succeed.
 enum Renewal {
-    /// The Lease no longer names this grant.
-    Lost(String),
+    /// The Lease no longer names this grant: why, and what was seen.
+    Lost(LossReason, String),
     /// Not confirmed; tried again next period until the deadline.
     Failed(Error),
 }
@@ -146,9 +147,9 @@ async fn renew_loop(
                     return;
                 }
             }
-            Err(Renewal::Lost(reason)) => {
-                tracing::info!(lease = %held.key.name, token = %held.token, %reason, "kube grant lost");
-                tracker.mark_lost(reason);
+            Err(Renewal::Lost(reason, detail)) => {
+                tracing::info!(lease = %held.key.name, token = %held.token, %reason, detail, "kube grant lost");
+                tracker.mark_lost(reason, &detail);
                 return;
             }
             Err(Renewal::Failed(e)) => {
@@ -172,18 +173,29 @@ async fn renew_once(leases: &Leases, held: &mut Held) -> std::result::Result<(),
                 held.lease = lease;
                 return Ok(());
             }
-            Err(Failure::NotFound) => return Err(Renewal::Lost("the Lease was deleted".into())),
+            Err(Failure::NotFound) => {
+                return Err(Renewal::Lost(
+                    LossReason::DeletedAtServer,
+                    "the Lease was deleted".into(),
+                ))
+            }
             Err(Failure::Conflict) => {
                 let current = leases.get(&name).await.map_err(Renewal::Failed)?;
                 let Some(lease) = current else {
-                    return Err(Renewal::Lost("the Lease was deleted".into()));
+                    return Err(Renewal::Lost(
+                        LossReason::DeletedAtServer,
+                        "the Lease was deleted".into(),
+                    ));
                 };
                 let view = LeaseView::of(&lease);
                 if !view.names(&held.key) {
-                    return Err(Renewal::Lost(format!(
-                        "the Lease now names holder {:?} with {} transitions",
-                        view.holder, view.transitions
-                    )));
+                    return Err(Renewal::Lost(
+                        LossReason::Superseded,
+                        format!(
+                            "the Lease now names holder {:?} with {} transitions",
+                            view.holder, view.transitions
+                        ),
+                    ));
                 }
                 held.lease = lease;
             }

@@ -5,9 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
+use fencing_core::backend::{ensure_same_source, LeaseTracker};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, AcquireOptions, Error, FencingSource, Grant,
-    GrantInfo, HolderInfo, IfHeld, LeaseTracker, ResourceName, Result, SourceId,
+    default_holder_identity, AcquireOptions, Error, FencingSource, Grant, GrantInfo, HolderInfo,
+    IfHeld, ResourceName, Result, SourceId,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;

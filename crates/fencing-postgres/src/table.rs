@@ -1,7 +1,8 @@
 //! The fence table: one high-water mark per resource, advanced inside the
 //! caller's transaction.
 
-use fencing_core::{next_mark, Error, FencingToken, Mark, ResourceName, Result, SourceId};
+use fencing_core::backend::next_mark;
+use fencing_core::{Error, FencingToken, Mark, ResourceName, Result, SourceId};
 use tokio_postgres::GenericClient;
 
 use crate::ident::Ident;

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::{is_host_port, positive_seconds, Error, Result};
+use fencing_core::backend::{is_host_port, positive_seconds};
+use fencing_core::{Error, Result};
 
 /// Default session timeout asked of the ensemble (it may negotiate another
 /// within its min/max bounds; the negotiated one is what counts).

@@ -2,9 +2,8 @@
 //! setData.
 
 use async_trait::async_trait;
-use fencing_core::{
-    check_source, check_token, Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
-};
+use fencing_core::backend::{check_source, check_token};
+use fencing_core::{Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
 use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
 use crate::config::check_path;

@@ -15,7 +15,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fencing_core::{Error, FencingToken, LeaseTracker, ResourceName, Result};
+use fencing_core::backend::LeaseTracker;
+use fencing_core::{Error, FencingToken, LossReason, ResourceName, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode};
 
@@ -230,7 +231,10 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
                 }
             }
             Ok(_) => {
-                lease.mark_lost("lock node deleted in ZooKeeper");
+                lease.mark_lost(
+                    LossReason::DeletedAtServer,
+                    "lock node deleted in ZooKeeper",
+                );
                 return;
             }
             // Disconnected: the session heartbeat decides; look again soon.

@@ -11,7 +11,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::{Error, LeaseGroup, LeaseTracker, Result};
+use fencing_core::backend::{LeaseGroup, LeaseTracker};
+use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SaslOptions, SessionState, TlsOptions};
@@ -175,7 +176,7 @@ impl Session {
         self.group.lease().is_live()
     }
 
-    pub(crate) async fn lost(&self) -> String {
+    pub(crate) async fn lost(&self) -> LossReason {
         self.group.lease().lost().await
     }
 
@@ -249,10 +250,13 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
         let failure = match tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(host)).await
         {
             Ok(Ok(_)) => return None,
-            Ok(Err(e)) => fencing_core::connect_failure(&e).unwrap_or_else(|| e.to_string()),
+            Ok(Err(e)) => {
+                fencing_core::backend::connect_failure(&e).unwrap_or_else(|| e.to_string())
+            }
             Err(_) => {
                 let timed_out = std::io::Error::from(std::io::ErrorKind::TimedOut);
-                fencing_core::connect_failure(&timed_out).unwrap_or_else(|| timed_out.to_string())
+                fencing_core::backend::connect_failure(&timed_out)
+                    .unwrap_or_else(|| timed_out.to_string())
             }
         };
         failures.push((host, failure));
@@ -283,12 +287,12 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
     loop {
         tokio::select! {
             _ = group.lease().lost() => {
-                group.lose("ZooKeeper session may have expired: no answer within the session timeout");
+                group.lose(LossReason::ExpiredLocally, "ZooKeeper session may have expired: no answer within the session timeout");
                 return;
             }
             state = states.changed() => {
                 if matches!(state, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
-                    group.lose(&format!("ZooKeeper session {state:?}"));
+                    group.lose(LossReason::SessionExpired, &format!("ZooKeeper session {state:?}"));
                     return;
                 }
             }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fencing_core::backend::{ensure_same_source, release_until_lost, GrantBackend};
 use fencing_core::{
-    default_holder_identity, ensure_same_source, release_until_lost, AcquireOptions, Error,
-    FencingSource, Grant, GrantBackend, GrantInfo, HolderInfo, IfHeld, ResourceName, Result,
-    SourceId,
+    default_holder_identity, AcquireOptions, Error, FencingSource, Grant, GrantInfo, HolderInfo,
+    IfHeld, LossReason, ResourceName, Result, SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -143,7 +143,10 @@ impl ZkSource {
         {
             Ok(results) => Ok(results),
             Err(MultiWriteError::OperationFailed { index: 0, .. }) => {
-                grant.lease().mark_lost("lock node gone at guarded write");
+                fencing_core::backend::tracker(grant).mark_lost(
+                    LossReason::DeletedAtServer,
+                    "lock node gone at guarded write",
+                );
                 Err(Error::lost(
                     grant.resource().as_str(),
                     "lock node no longer exists",

@@ -28,10 +28,21 @@
 //! ```
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod url;
 
-pub use fencing_core::*;
+/// The I/O-free core, whole: everything below is re-exported from it, and
+/// [`core::backend`] holds what only authors of backends and gates need.
+pub use fencing_core as core;
+
+pub use fencing_core::{
+    default_holder_identity, fenced, AcquireOptions, BoxError, Error, FencingSource, FencingToken,
+    FileGate, Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaseView, LocalSource, LossReason, Mark,
+    MemoryGate, ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION,
+    DEFAULT_LOCAL_TTL, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN,
+    MIN_LOCAL_TTL, PORTABLE_RULE,
+};
 
 use std::sync::Arc;
 
@@ -40,26 +51,31 @@ pub use url::{SourceUrl, KNOWN_SCHEMES};
 /// The etcd backend ([`EtcdSource`](fencing_etcd::EtcdSource),
 /// [`EtcdGate`](fencing_etcd::EtcdGate)); feature `etcd`.
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub use fencing_etcd as etcd;
 
 /// The ZooKeeper backend ([`ZkSource`](fencing_zookeeper::ZkSource),
 /// [`ZkGate`](fencing_zookeeper::ZkGate)); feature `zookeeper`.
 #[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use fencing_zookeeper as zookeeper;
 
 /// Gates inside PostgreSQL ([`FencedUpdate`](fencing_postgres::FencedUpdate),
 /// [`FenceTable`](fencing_postgres::FenceTable)); feature `postgres`.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use fencing_postgres as postgres;
 
 /// The Kubernetes backend ([`KubeLeaseSource`](fencing_kube::KubeLeaseSource));
 /// feature `kube`. Enable a k8s-openapi version feature in your application.
 #[cfg(feature = "kube")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kube")))]
 pub use fencing_kube as kube;
 
 /// A gate for HTTP stores ([`FencingLayer`](fencing_http::FencingLayer));
 /// feature `http`.
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use fencing_http as http;
 
 /// Leader election over any source, with client-go's names and defaults

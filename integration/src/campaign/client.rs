@@ -291,7 +291,7 @@ async fn hold_once(
     writer.cut_short().await;
     match lost {
         Some(reason) => {
-            lost_it(io, &plan.resource, token, reason).await;
+            lost_it(io, &plan.resource, token, reason.to_string()).await;
             let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
         }
         None => {

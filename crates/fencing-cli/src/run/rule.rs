@@ -86,7 +86,7 @@ impl Timing {
 /// window is shorter) computes it: known before connecting, so a grace that
 /// cannot fit is refused before anything is acquired.
 pub fn window_for_ttl(ttl: Duration) -> Duration {
-    ttl.saturating_sub(fencing::drift_margin(ttl))
+    ttl.saturating_sub(fencing::core::backend::drift_margin(ttl))
 }
 
 /// SIGTERM no earlier than half the window, SIGKILL W/20 before its end.

@@ -68,7 +68,7 @@ impl Supervised {
                 // and then the command must not be trusted to have finished
                 // under the lock.
                 biased;
-                reason = self.grant.lost() => Event::Lost(reason),
+                reason = self.grant.lost() => Event::Lost(reason.to_string()),
                 () = tokio::time::sleep_until(self.timing.stop_at(deadline)) => {
                     if self.grant.deadline() > deadline { Event::Tick } else { Event::Expiring }
                 }

@@ -203,13 +203,13 @@ async fn renew_loop(source: LocalSource, info: GrantInfo, lease: LeaseTracker) {
         let sent = Instant::now();
         let (r, t, ttl) = (info.resource.clone(), info.token, info.ttl);
         match source.blocking(move |s| s.lock()?.renew(&r, t, ttl)).await {
-            Ok(true) => {
+            Ok(None) => {
                 if !lease.renewed(sent, info.ttl) {
                     return;
                 }
             }
-            Ok(false) => {
-                lease.mark_lost("lease expired or taken over at the source");
+            Ok(Some(reason)) => {
+                lease.mark_lost(reason, "renewal refused by the local store");
                 return;
             }
             // The local deadline still fires if this keeps failing.

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use crate::durable::{self, Reader};
 use crate::error::{Error, Result};
+use crate::lease::LossReason;
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
@@ -218,15 +219,17 @@ impl Locked<'_> {
         resource: &ResourceName,
         token: FencingToken,
         ttl: Duration,
-    ) -> Result<bool> {
+    ) -> Result<Option<LossReason>> {
         let now = Clock::now();
         match self.read_lease(resource.as_str())? {
             Some(mut r) if r.token == token && r.is_live(&now) => {
                 r.expires_ns = now.ns.saturating_add(ttl.as_nanos() as u64);
                 self.write_lease(&r)?;
-                Ok(true)
+                Ok(None)
             }
-            _ => Ok(false),
+            Some(r) if r.token == token => Ok(Some(LossReason::SessionExpired)),
+            Some(_) => Ok(Some(LossReason::Superseded)),
+            None => Ok(Some(LossReason::DeletedAtServer)),
         }
     }
 
@@ -293,10 +296,17 @@ mod tests {
             l.try_grant(&r, "you", Duration::from_secs(30)).unwrap(),
             TryGrant::Held { .. }
         ));
-        assert!(l.renew(&r, token, Duration::from_secs(30)).unwrap());
-        assert!(!l
-            .renew(&r, FencingToken::new(99), Duration::from_secs(30))
-            .unwrap());
+        assert_eq!(l.renew(&r, token, Duration::from_secs(30)).unwrap(), None);
+        assert_eq!(
+            l.renew(&r, FencingToken::new(99), Duration::from_secs(30))
+                .unwrap(),
+            Some(LossReason::Superseded)
+        );
+        let other = ResourceName::new("never-granted").unwrap();
+        assert_eq!(
+            l.renew(&other, token, Duration::from_secs(30)).unwrap(),
+            Some(LossReason::DeletedAtServer)
+        );
         fs::write(&key, b"garbage").unwrap();
         assert!(matches!(l.holder(&r), Err(Error::Corrupt { .. })));
         fs::write(dir.path().join("counter"), b"FNCCNTR1").unwrap();

@@ -74,9 +74,10 @@ async fn key_deleted_behind_our_back(version: EtcdVersion) {
         .await
         .unwrap();
     a.client().delete(g.key(), None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(3), g.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(3), g.lost())
         .await
         .expect("lost() did not fire");
+    assert_eq!(reason, fencing::LossReason::DeletedAtServer);
     assert!(!a.validate(&g).await.unwrap());
 }
 

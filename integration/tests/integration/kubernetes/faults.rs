@@ -116,11 +116,11 @@ async fn held_across(bounce: Bounce) {
         assert!(!waiter.is_finished(), "the waiter got in while a held");
         eprintln!("{bounce:?}: the grant survived");
         ga.release().await.unwrap();
-        assert_eq!(gave_up.await.unwrap(), "released");
+        assert_eq!(gave_up.await.unwrap(), fencing::LossReason::Released);
     } else {
         let reason = gave_up.await.unwrap();
         eprintln!("{bounce:?}: the grant was lost: {reason}");
-        assert!(!reason.is_empty());
+        assert_ne!(reason, fencing::LossReason::Released, "lost, not released");
         drop(ga);
     }
     let gb: Grant = tokio::time::timeout(Duration::from_secs(90), waiter)
@@ -185,7 +185,7 @@ async fn concurrent_candidates_never_both_hold() {
                 if id == 0 && round == 1 {
                     partition.set(true);
                     let reason = g.lost().await;
-                    assert!(!reason.is_empty());
+                    assert_eq!(reason, fencing::LossReason::ExpiredLocally, "cut off");
                     history.released(id, g.token()).await;
                     stale = Some(g.token());
                     // Stay cut off until someone else had the Lease.

@@ -1,0 +1,22 @@
+//! For authors of backends and gates, not for their users: the writable
+//! lease tracker and the lease group a renewal loop drives, the release
+//! retry loop, the token and source rules every gate applies, and the
+//! small checks the backends share. An application that only takes grants
+//! and guards writes needs none of this.
+
+pub use crate::error::connect_failure;
+pub use crate::gate::{check_source, check_token, next_mark};
+pub use crate::grant::{release_until_lost, GrantBackend};
+pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
+pub use crate::settings::{check_leader_timings, is_host_port, positive_seconds};
+pub use crate::source::{ensure_same_source, with_timeout};
+
+use crate::grant::Grant;
+
+/// The writable tracker behind `grant`'s lease: a backend marks the grant
+/// lost with it when it sees the loss at the server (a guarded write that
+/// finds its key gone). Users get the read-only [`Grant::lease`].
+#[must_use]
+pub fn tracker(grant: &Grant) -> &LeaseTracker {
+    grant.tracker()
+}
