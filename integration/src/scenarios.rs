@@ -276,6 +276,50 @@ pub async fn failed_release_is_retried<S>(
     granted.release().await.unwrap();
 }
 
+/// A release the caller stops waiting for (`timeout(..., grant.release())`
+/// during a network blip shorter than the lease) must still go through once
+/// the network is back: dropped half-way, it would leave the holder's key on
+/// a session that lives on, and `waiter` would wait for the life of the
+/// holder's process.
+pub async fn abandoned_release_still_releases<S>(
+    holder: S,
+    partition: &crate::etcd::fixture::Partition,
+    waiter: S,
+    ttl: Duration,
+    blip: Duration,
+) where
+    S: FencingSource + Clone + 'static,
+{
+    let opts = AcquireOptions::new()
+        .ttl(ttl)
+        .timeout(Duration::from_secs(60));
+    let lock = ResourceName::new("release-abandoned").unwrap();
+    let held = holder.acquire(&lock, &opts).await.unwrap();
+    let waiting = tokio::spawn({
+        let (lock, opts) = (lock.clone(), opts.clone());
+        async move { waiter.acquire(&lock, &opts).await }
+    });
+    partition.set(true);
+    let cut_at = tokio::time::Instant::now();
+    let gave_up = tokio::time::timeout(blip / 4, held.release()).await;
+    assert!(gave_up.is_err(), "the release went through a cut network");
+    tokio::time::sleep_until(cut_at + blip).await;
+    partition.set(false);
+    let bound = ttl * 2 / 3;
+    let granted = tokio::time::timeout_at(cut_at + bound, waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter was not granted within {bound:?}: the abandoned release left the holder's key behind")
+        })
+        .unwrap()
+        .expect("waiter acquire");
+    eprintln!(
+        "waiter granted {:?} after the abandoned release",
+        cut_at.elapsed()
+    );
+    granted.release().await.unwrap();
+}
+
 /// A waiter (behind `partition`) is cut off for twice the TTL while it is
 /// queued, so its session is lost. It must start a new session and queue
 /// again rather than give up: once the holder releases, it is granted,

@@ -231,12 +231,24 @@ impl Grant {
     }
 
     /// Gives the grant back so the next contender can take it at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the release runs in its own task, so a caller that
+    /// stops waiting (`tokio::time::timeout(d, grant.release())` during a
+    /// network blip) does not stop it; it goes on until it succeeds or the
+    /// lease is lost. Dropping the future half-way would otherwise leave
+    /// the key or node on a session that lives on, blocking the lock for
+    /// the life of the process.
     pub async fn release(mut self) -> Result<()> {
         let backend = self.backend.take();
         self.lease.mark_lost(LossReason::Released, "released");
-        match backend {
-            Some(b) => b.release().await,
-            None => Ok(()),
+        let Some(backend) = backend else {
+            return Ok(());
+        };
+        match tokio::spawn(backend.release()).await {
+            Ok(released) => released,
+            Err(e) => Err(Error::backend("the release task failed", e)),
         }
     }
 }

@@ -301,6 +301,22 @@ async fn failed_release_is_retried(version: EtcdVersion) {
     .await;
 }
 
+/// A release abandoned by its caller during a 3 s blip still goes through
+/// once the network is back (the lease, 15 s, outlives the blip).
+async fn abandoned_release_still_releases(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
+    scenarios::abandoned_release_still_releases(
+        holder,
+        &partition,
+        waiter,
+        Duration::from_secs(15),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
 /// A waiter whose session is lost while it is queued (a partition longer
 /// than the TTL) queues again with a new session instead of giving up.
 async fn waiter_requeues_after_losing_its_session(version: EtcdVersion) {
@@ -362,6 +378,7 @@ fencing_integration::on_both_etcd_versions!(
     guarded_txn_refuses_a_superseded_grant,
     guarded_txn_is_never_applied_twice,
     failed_release_is_retried,
+    abandoned_release_still_releases,
     waiter_requeues_after_losing_its_session,
     bad_input_is_refused,
 );
