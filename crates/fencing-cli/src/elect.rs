@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::events::{emit, term};
 use crate::failure::{Failure, Result};
-use crate::source_arg;
+use crate::source_arg::{self, SOURCE_ENV};
 
 pub const ELECT_EXAMPLES: &str = "\
 Examples:
@@ -42,7 +42,7 @@ Exit status: 0 after SIGINT/SIGTERM, 2 on a usage or configuration error,
 #[derive(clap::Args, Debug)]
 pub struct ElectArgs {
     /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = SOURCE_ENV, hide_env_values = true)]
     source: String,
 
     /// The election's name (candidates of one election share it)
@@ -69,7 +69,7 @@ pub struct ElectArgs {
 #[derive(clap::Args, Debug)]
 pub struct ObserveArgs {
     /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = SOURCE_ENV, hide_env_values = true)]
     source: String,
 
     /// The election to watch

@@ -4,15 +4,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencing::core::backend::redact_secrets;
 use fencing::{Error, FencingSource, ResourceName};
 
 use crate::failure::{Failure, Result};
+
+/// The environment variable `--source` is read from when the flag is not
+/// given, so a URL with a password need not stand in the command line
+/// (where `ps` shows it to every user of the machine).
+pub const SOURCE_ENV: &str = "FENCING_SOURCE_URL";
 
 /// Opens the source a `--source` URL names.
 pub async fn open(url: &str) -> Result<Arc<dyn FencingSource>> {
     fencing::connect(url)
         .await
-        .map_err(|e| classify(e, &format!("--source {url}")))
+        .map_err(|e| classify(e, &format!("--source {}", redact_secrets(url))))
 }
 
 /// Checks a `--lock` or `--election` name.

@@ -144,3 +144,65 @@ fn lock_names_follow_the_portable_rule_on_every_backend() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+/// A password in the source URL is never printed, in an error or in
+/// `--help`; the URL can come from `FENCING_SOURCE_URL` instead of argv.
+#[test]
+fn passwords_stay_out_of_messages_and_argv() {
+    let secret = "hunter2-in-argv";
+    let url = format!("etcd://127.0.0.1:1/locks?user=u&password={secret}&bogus=1");
+    let out = run_true(&url, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bogus") && !stderr.contains(secret),
+        "{stderr}"
+    );
+
+    let out = fence()
+        .args(["run", "--lock", "jobs", "--", "true"])
+        .env("FENCING_SOURCE_URL", &url)
+        .output()
+        .expect("run fence");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "the env URL was used: {stderr}");
+    assert!(
+        stderr.contains("bogus") && !stderr.contains(secret),
+        "{stderr}"
+    );
+
+    let help = fence()
+        .args(["run", "--help"])
+        .env("FENCING_SOURCE_URL", &url)
+        .output()
+        .expect("run fence");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("FENCING_SOURCE_URL") && !text.contains(secret),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = fence()
+        .args([
+            "run",
+            "--lock",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "echo $FENCING_TOKEN",
+        ])
+        .env(
+            "FENCING_SOURCE_URL",
+            format!("local://{}", dir.path().display()),
+        )
+        .output()
+        .expect("run fence");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+}

@@ -42,6 +42,7 @@ mod gate;
 mod grant;
 mod lease;
 mod local;
+mod redact;
 mod resource;
 mod settings;
 mod source;

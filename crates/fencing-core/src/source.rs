@@ -136,6 +136,22 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         self.take(resource, options, IfHeld::GiveUp).await
     }
 
+    /// Waits for the lock `name` (checked by [`ResourceName::new`]) with the
+    /// source's default lease, for as long as it takes:
+    /// `source.lock("nightly-report")`.
+    async fn lock(&self, name: &str) -> Result<Grant> {
+        let resource = ResourceName::new(name)?;
+        self.acquire(&resource, &AcquireOptions::new()).await
+    }
+
+    /// [`lock`](Self::lock), giving up with [`Error::Timeout`] after
+    /// `timeout`.
+    async fn lock_for(&self, name: &str, timeout: Duration) -> Result<Grant> {
+        let resource = ResourceName::new(name)?;
+        self.acquire(&resource, &AcquireOptions::new().timeout(timeout))
+            .await
+    }
+
     /// Asks the coordinator whether this grant is still the current one.
     /// A grant from another source is an [`Error::ForeignSource`].
     async fn validate(&self, grant: &Grant) -> Result<bool>;

@@ -191,6 +191,41 @@ impl LeaderElector {
         }
         Ok(output)
     }
+
+    /// [`run`](Self::run) for fallible work: the work's error type also
+    /// takes this crate's errors (`From<Error>`), so a failed campaign or a
+    /// lost term arrives in it too and one `?` does instead of `.await??`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use fencing_core::{LocalSource, ResourceName};
+    /// use fencing_election::{ElectionConfig, LeaderElector};
+    ///
+    /// #[derive(Debug)]
+    /// enum AppError { Fencing(fencing_core::Error), Refused(&'static str) }
+    /// impl From<fencing_core::Error> for AppError {
+    ///     fn from(e: fencing_core::Error) -> Self { AppError::Fencing(e) }
+    /// }
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let source = Arc::new(LocalSource::open(dir.path()).unwrap());
+    /// let election = ResourceName::new("scheduler").unwrap();
+    /// let elector = LeaderElector::new(source, election, ElectionConfig::new("w1")).unwrap();
+    /// let outcome = elector
+    ///     .try_run(|_ctx| async { Err::<(), _>(AppError::Refused("quota")) })
+    ///     .await;
+    /// assert!(matches!(outcome, Err(AppError::Refused("quota"))));
+    /// # }
+    /// ```
+    pub async fn try_run<F, Fut, T, E>(&self, work: F) -> std::result::Result<T, E>
+    where
+        F: FnOnce(LeaderContext) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.run(work).await?
+    }
 }
 
 /// Errors a later attempt may not see again.

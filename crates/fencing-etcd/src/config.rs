@@ -1,9 +1,10 @@
 //! Connection settings and the `etcd://` / `etcds://` URL form.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds};
+use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, redact_secrets};
 use fencing_core::{Error, Result};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
@@ -37,7 +38,8 @@ pub struct TlsFiles {
 /// assert_eq!(cfg.ttl.as_secs(), 10);
 /// # Ok::<(), fencing_core::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its `Debug` shows the user but never the password.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EtcdConfig {
     /// `host:port` of each member; the client fails over between them.
@@ -53,6 +55,19 @@ pub struct EtcdConfig {
     pub auth: Option<(String, String)>,
     /// TLS settings; `None` means plain HTTP/2.
     pub tls: Option<TlsFiles>,
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field("auth", &redact_credentials(&self.auth))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl EtcdConfig {
@@ -105,7 +120,7 @@ impl EtcdConfig {
     /// `etcds://` adds TLS with `ca=`, `cert=`, `key=` and `domain=` query
     /// parameters (file paths).
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad = |why: &str| Error::Config(format!("etcd URL {url:?}: {why}"));
+        let bad = |why: &str| Error::Config(format!("etcd URL {:?}: {why}", redact_secrets(url)));
         let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
             (false, rest)
         } else if let Some(rest) = url.strip_prefix("etcds://") {
@@ -196,6 +211,24 @@ fn whole_seconds(ttl: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        let cfg = EtcdConfig::from_url("etcd://h:1/x?user=app&password=hunter2").unwrap();
+        let shown = format!("{cfg:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("app"),
+            "{shown}"
+        );
+        let Err(Error::Config(msg)) = EtcdConfig::from_url("etcd://h:1/x?password=hunter2&user")
+        else {
+            panic!("a malformed URL was accepted")
+        };
+        assert!(
+            !msg.contains("hunter2") && msg.contains("password=***"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn parses_hosts_prefix_and_options() {

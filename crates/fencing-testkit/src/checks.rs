@@ -298,3 +298,33 @@ pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
     gb.release().await.expect("release");
     assert_eq!(b.source.holder(&r).await.expect("holder"), None);
 }
+
+/// `lock` and `lock_for` take a name: a name off the portable rule is
+/// refused before any request, a held lock makes `lock_for` time out, and
+/// a free one is granted with a higher token.
+pub async fn lock_by_name(h: &dyn Harness) {
+    let r = h.resource("by-name");
+    let (a, b) = (h.client().await, h.client().await);
+    match a.source.lock("Not Portable").await {
+        Err(Error::InvalidResource { .. }) => {}
+        other => panic!("lock with a bad name: {other:?}"),
+    }
+    let ga = a.source.lock(r.as_str()).await.expect("lock");
+    match b
+        .source
+        .lock_for(r.as_str(), Duration::from_millis(300))
+        .await
+    {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("lock_for of a held lock: {other:?}"),
+    }
+    let first = ga.token();
+    ga.release().await.expect("release");
+    let gb = b
+        .source
+        .lock_for(r.as_str(), h.ttl() * 10)
+        .await
+        .expect("lock_for after release");
+    assert!(gb.token() > first, "{} after {first}", gb.token());
+    gb.release().await.expect("release");
+}

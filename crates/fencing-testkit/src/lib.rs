@@ -41,6 +41,7 @@ macro_rules! conformance_suite {
             validate_turns_false_after_loss,
             lost_fires_by_the_local_deadline,
             holder_and_try_acquire_respect_the_holder,
+            lock_by_name,
         );
     };
     (@each $harness:path; $($check:ident),* $(,)?) => {

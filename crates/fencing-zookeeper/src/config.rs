@@ -1,9 +1,10 @@
 //! Connection settings and the `zk://` URL form.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds};
+use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, redact_secrets};
 use fencing_core::{Error, Result};
 
 /// Default session timeout asked of the ensemble (it may negotiate another
@@ -40,7 +41,8 @@ pub struct ZkTls {
 /// assert_eq!(cfg.ensemble, "prod");
 /// # Ok::<(), fencing_core::Error>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its `Debug` shows the users but never the passwords.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ZkConfig {
     /// `host:port` of each server.
@@ -62,6 +64,21 @@ pub struct ZkConfig {
     pub sasl: Option<(String, String)>,
     /// TLS to the servers' secure client ports; `None` means plaintext.
     pub tls: Option<ZkTls>,
+}
+
+impl fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkConfig")
+            .field("hosts", &self.hosts)
+            .field("path", &self.path)
+            .field("ensemble", &self.ensemble)
+            .field("session_timeout", &self.session_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("digest", &redact_credentials(&self.digest))
+            .field("sasl", &redact_credentials(&self.sasl))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl ZkConfig {
@@ -133,7 +150,8 @@ impl ZkConfig {
     /// `sasl_user=` and `sasl_password=` add SASL DIGEST-MD5, and `ca=`
     /// (with `cert=` and `key=` for client authentication) switch to TLS.
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad = |why: &str| Error::Config(format!("ZooKeeper URL {url:?}: {why}"));
+        let bad =
+            |why: &str| Error::Config(format!("ZooKeeper URL {:?}: {why}", redact_secrets(url)));
         let rest = url
             .strip_prefix("zk://")
             .ok_or_else(|| bad("must start with zk://"))?;
@@ -237,6 +255,24 @@ pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_never_shown() {
+        let url = "zk://h:1/x?user=app&password=hunter2&sasl_user=s&sasl_password=swordfish";
+        let shown = format!("{:?}", ZkConfig::from_url(url).unwrap());
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("swordfish"),
+            "{shown}"
+        );
+        assert!(shown.contains("app") && shown.contains("\"s\""), "{shown}");
+        let Err(Error::Config(msg)) = ZkConfig::from_url(&format!("{url}&bogus")) else {
+            panic!("a malformed URL was accepted")
+        };
+        assert!(
+            !msg.contains("hunter2") && !msg.contains("swordfish"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn parses_hosts_path_and_options() {

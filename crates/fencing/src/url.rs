@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use fencing_core::backend::redact_secrets;
 use fencing_core::{Error, Result, MIN_LOCAL_TTL};
 
 /// Every scheme this crate recognises, built in or not.
@@ -51,8 +52,16 @@ pub enum SourceUrl {
 
 impl SourceUrl {
     /// Parses a URL without touching the filesystem or the network.
-    /// Every problem is an [`Error::Config`] that names it.
+    /// Every problem is an [`Error::Config`] that names it; passwords in
+    /// the URL are shown as `***`. `Debug` never shows them either.
     pub fn parse(url: &str) -> Result<SourceUrl> {
+        Self::parse_quoting_secrets(url).map_err(|e| match e {
+            Error::Config(msg) => Error::Config(redact_secrets(&msg)),
+            other => other,
+        })
+    }
+
+    fn parse_quoting_secrets(url: &str) -> Result<SourceUrl> {
         if url.trim().is_empty() {
             return Err(config(
                 "fencing source URL is empty; expected e.g. local:///var/lib/fencing",
@@ -218,6 +227,22 @@ mod tests {
         assert!(err("local:///d?ttl=999999999999999999999999").contains("out of range"));
         assert!(err("local:///d?ttl=1&ttl=2").contains("twice"));
         assert!(err("local:///d?mode=fast").contains("\"mode=fast\""));
+    }
+
+    #[test]
+    fn passwords_in_urls_are_never_shown() {
+        let msg = err("local://./state?password=hunter2");
+        assert!(
+            !msg.contains("hunter2") && msg.contains("password=***"),
+            "{msg}"
+        );
+        let msg = err("nonsense?password=hunter2");
+        assert!(!msg.contains("hunter2"), "{msg}");
+        #[cfg(feature = "etcd")]
+        {
+            let url = SourceUrl::parse("etcd://h:1/x?user=u&password=hunter2").unwrap();
+            assert!(!format!("{url:?}").contains("hunter2"));
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::Duration;
 use fencing::{AcquireOptions, Grant};
 
 use crate::failure::{Failure, Result};
-use crate::source_arg;
+use crate::source_arg::{self, SOURCE_ENV};
 use rule::Timing;
 pub(crate) use signals::interrupted;
 use signals::{Received, Signals};
@@ -71,7 +71,7 @@ command started.";
 #[command(override_usage = "fence run [OPTIONS] --source <URL> --lock <NAME> -- <CMD>...")]
 pub struct RunArgs {
     /// Where the lock lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
-    #[arg(long, value_name = "URL", required_unless_present = "watchdog")]
+    #[arg(long, value_name = "URL", required_unless_present = "watchdog", env = SOURCE_ENV, hide_env_values = true)]
     source: Option<String>,
 
     /// The lock to hold while the command runs

@@ -61,6 +61,8 @@ impl Watchdog {
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg0("fence")
             .args(["run", "--watchdog"])
+            // The watchdog needs no source (and `--watchdog` conflicts with one).
+            .env_remove(crate::source_arg::SOURCE_ENV)
             .stdin(Stdio::from(reader))
             .stdout(Stdio::null())
             .process_group(0);

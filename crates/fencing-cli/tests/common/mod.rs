@@ -15,7 +15,7 @@ pub const LOST: i32 = 75;
 
 pub fn fence() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fence"));
-    cmd.env_remove("RUST_LOG");
+    cmd.env_remove("RUST_LOG").env_remove("FENCING_SOURCE_URL");
     cmd
 }
 

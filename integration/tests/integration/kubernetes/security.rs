@@ -9,10 +9,12 @@ use std::time::Duration;
 use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
 use fencing_integration::kubernetes::cluster::{KubeUser, OTHER_NAMESPACE};
 use fencing_integration::kubernetes::fixture::{KubeFixture, TEST_LEASE, TEST_RETRY};
+use fencing_integration::kubernetes::rbac::lease_user_rbac;
 use fencing_integration::net::proxy::Proxy;
 use fencing_kube::{KubeConfig, KubeLeaseSource};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, PostParams};
 
 fn r(name: &str) -> ResourceName {
     ResourceName::new(name).unwrap()
@@ -134,6 +136,60 @@ async fn users_without_rights_get_permission_denied() {
     denied(
         elsewhere.acquire(&r("elsewhere"), &opts()).await,
         &[OTHER_NAMESPACE, "lease-user"],
+    );
+}
+
+/// `deploy/kubernetes/rbac-scoped.yaml`, applied as committed (namespace
+/// and subject replaced): its user takes, renews and releases a listed
+/// lock, and an unlisted lock is refused with a permission error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scoped_manifest_limits_the_lock_names() {
+    let f = KubeFixture::start().await;
+    let yaml = include_str!("../../../../deploy/kubernetes/rbac-scoped.yaml");
+    let (role, binding) =
+        lease_user_rbac(yaml, OTHER_NAMESPACE, KubeUser::Nobody.name()).expect("manifest");
+    let listed: Vec<Vec<String>> = role
+        .rules
+        .iter()
+        .flatten()
+        .filter_map(|rule| rule.resource_names.clone())
+        .collect();
+    assert_eq!(
+        listed,
+        [["nightly-report", "scheduler"]],
+        "the example names"
+    );
+    let admin = f.cluster(|c| c.admin_client());
+    let create = PostParams::default();
+    Api::<Role>::namespaced(admin.clone(), OTHER_NAMESPACE)
+        .create(&create, &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin, OTHER_NAMESPACE)
+        .create(&create, &binding)
+        .await
+        .unwrap();
+    let scoped = KubeLeaseSource::connect(
+        KubeConfig::new(OTHER_NAMESPACE)
+            .unwrap()
+            .kubeconfig(f.kubeconfig(KubeUser::Nobody))
+            .options(f.options()),
+    )
+    .await
+    .unwrap();
+    // The authorizer sees the new binding once the apiserver's cache has it.
+    let patience = tokio::time::Instant::now() + Duration::from_secs(20);
+    while let Err(e) = scoped.holder(&r("scheduler")).await {
+        assert!(tokio::time::Instant::now() < patience, "never allowed: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let g = scoped.acquire(&r("scheduler"), &opts()).await.unwrap();
+    tokio::time::sleep(TEST_RETRY * 4).await;
+    assert!(g.is_live(), "renewals of a listed Lease failed");
+    g.release().await.unwrap();
+    denied(
+        scoped.acquire(&r("unlisted"), &opts()).await,
+        &["get", OTHER_NAMESPACE, "nobody"],
     );
 }
 
