@@ -4,9 +4,11 @@
 //! The backend is chosen by the URL alone.
 //!
 //! Run (start two or three in separate terminals):
+//! ```text
 //!   cargo run -p fencing-examples --bin leader-controller -- URL IDENTITY STORE_DIR [WRITES]
 //!   URL: local:///tmp/fence-state, etcd://127.0.0.1:2379/fencing, zk://127.0.0.1:2181/fencing,
 //!        kube://default?kubeconfig=PATH
+//! ```
 //!
 //! Each replica makes WRITES (default 10) accepted writes as leader, then
 //! resigns and exits. `--pause-before-write N` (after the other arguments)

@@ -17,6 +17,8 @@ for installer in scripts/install/*.sh; do
     bash "$installer"
 done
 
+bash scripts/check.sh
+
 echo "== cargo test (unit, conformance, crash, CLI, doc tests)"
 cargo test --workspace --locked
 

@@ -126,7 +126,7 @@ pub struct GrantInfo {
 /// the storage check it with a [`Gate`](crate::Gate). Watch
 /// [`lost()`](Self::lost): it resolves when the grant is gone at the
 /// coordinator or when the local deadline (send time of the last successful
-/// renewal + TTL - [`drift_margin`](crate::drift_margin)) has passed.
+/// renewal + TTL - [`drift_margin`](crate::backend::drift_margin)) has passed.
 ///
 /// Release with [`release()`](Self::release). A grant dropped without
 /// release is released in the background on the current tokio runtime (or,

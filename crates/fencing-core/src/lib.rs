@@ -32,8 +32,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod backend;
 mod durable;
 mod error;

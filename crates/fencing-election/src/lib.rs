@@ -35,8 +35,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 mod config;
 mod elector;
 mod observer;

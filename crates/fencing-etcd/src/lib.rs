@@ -24,8 +24,6 @@
 //! flag), or reset the gates outside the cluster once no old writer is left (see the README, "Restoring a coordinator"). An
 //! [`EtcdGate`] rewinds with the data it lives in and needs nothing.
 
-#![warn(missing_docs)]
-
 mod config;
 mod conn;
 mod gate;

@@ -67,8 +67,6 @@
 //! # }
 //! ```
 
-#![warn(missing_docs)]
-
 mod body;
 mod client;
 mod layer;

@@ -52,8 +52,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
-
 mod client;
 mod config;
 mod error;

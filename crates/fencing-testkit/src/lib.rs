@@ -18,8 +18,6 @@
 //! # fn main() {}
 //! ```
 
-#![warn(missing_docs)]
-
 pub mod checks;
 mod harness;
 mod history;

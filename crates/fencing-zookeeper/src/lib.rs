@@ -13,8 +13,6 @@
 //! The source identity is `zk:` + the configured ensemble name (see
 //! [`ZkConfig`]): name every ensemble distinctly.
 
-#![warn(missing_docs)]
-
 mod config;
 mod gate;
 mod lock;

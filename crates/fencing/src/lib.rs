@@ -27,7 +27,6 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod url;

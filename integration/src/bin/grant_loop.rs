@@ -2,7 +2,7 @@
 //! each token once its grant has returned. The crash test kills it with
 //! SIGKILL at random moments, mostly in the middle of granting.
 //!
-//! Usage: grant-loop DIR RESOURCE [ROUNDS]
+//! Usage: `grant-loop DIR RESOURCE [ROUNDS]`
 
 use std::io::Write;
 use std::time::Duration;

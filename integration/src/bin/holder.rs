@@ -6,7 +6,7 @@
 //! lives, not in the client.
 //!
 //! Usage: holder URL RESOURCE GO_FILE (any URL `fencing::connect` opens)
-//! Prints: GRANTED <token> / WRITE <token> / READY / WRITE <token>
+//! Prints: `GRANTED <token>` / `WRITE <token>` / `READY` / `WRITE <token>`
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The fault campaign: a cluster whose members live in network namespaces
-//! ([`members`], [`crate::netns`]), client processes that lock and write
+//! ([`members`], [`crate::net::netns`]), client processes that lock and write
 //! through gates ([`client`]), a seeded nemesis that partitions, pauses and
 //! kills ([`nemesis`]), the controller that records one history
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a

@@ -1,5 +1,5 @@
 //! KubeLeaseSource clients on the real kube-apiserver of
-//! [`KubeCluster`](crate::kubernetes::cluster::KubeCluster): direct, or through a
+//! [`KubeCluster`]: direct, or through a
 //! proxy a test can blackhole (the kubeconfig's server rewritten to the
 //! proxy); the conformance-suite harness and the cluster faults built on
 //! them.

@@ -12,7 +12,7 @@
 //! - kube: KubeLeaseSource vs client-go's leader election with a LeaseLock
 //!   (`client-go-elector`, integration/go/client-go-elector) on one real
 //!   kube-apiserver: acquire and release latency (uncontended) and crash
-//!   failover (holder SIGKILLed -> next holder), see [`kube_bench`].
+//!   failover (holder SIGKILLed -> next holder), see the `kube_bench` module.
 //!
 //! The Rust side mirrors the anchor's method step for step (which session
 //! is warmed up, what lies between t0 and t1, the settle wait). The two run
