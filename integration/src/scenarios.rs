@@ -221,13 +221,15 @@ where
     g.release().await.unwrap();
 }
 
-/// A release that fails on a network blip must not leave the lock blocked
-/// while the holder's session lives on: the holder (behind `partition`) is
-/// cut off for `blip`, longer than its request timeout so one delete
-/// attempt fails, but shorter than its lease, so its session survives and
-/// keeps the key alive. `waiter` must be granted soon after the network is
-/// back, long before the holder's lease could have run out.
-pub async fn failed_release_is_retried<S>(
+/// A release during a network blip must not leave the lock blocked while
+/// the holder's session lives on: the holder (behind `partition`) is cut
+/// off for `blip`, longer than its request timeout so a delete attempt
+/// fails, but shorter than its lease, so its session survives and keeps the
+/// key alive. Twice: once the release is awaited (it must be retried), once
+/// its caller gives up on it during the cut (`timeout(..., release())`: it
+/// must go on without the caller). Each time `waiter` must be granted soon
+/// after the network is back, before the holder's lease could have run out.
+pub async fn release_during_a_blip_still_releases<S>(
     holder: S,
     partition: &crate::etcd::fixture::Partition,
     waiter: S,
@@ -239,85 +241,52 @@ pub async fn failed_release_is_retried<S>(
     let opts = AcquireOptions::new()
         .ttl(ttl)
         .timeout(Duration::from_secs(60));
-    let lock = ResourceName::new("release-blip").unwrap();
-    let held = holder.acquire(&lock, &opts).await.unwrap();
-    let waiting = tokio::spawn({
-        let (lock, opts) = (lock.clone(), opts.clone());
-        async move { waiter.acquire(&lock, &opts).await }
-    });
-    partition.set(true);
-    let cut_at = tokio::time::Instant::now();
-    let release = tokio::spawn(held.release());
-    tokio::time::sleep(blip).await;
-    partition.set(false);
-    let bound = ttl + ttl / 2;
-    let granted = tokio::time::timeout_at(cut_at + bound, waiting)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("the waiter was not granted within {bound:?} of the failed release: the holder's key still blocks the lock")
+    for abandoned in [false, true] {
+        let lock = ResourceName::new(if abandoned {
+            "release-abandoned"
+        } else {
+            "release-blip"
         })
-        .unwrap()
-        .expect("waiter acquire");
-    // The holder's last renewal before the cut was at most ttl/3 earlier,
-    // so its lease could not have expired before cut + 2/3 ttl.
-    let waited = cut_at.elapsed();
-    assert!(
-        waited < ttl * 2 / 3,
-        "granted after {waited:?}: maybe by lease expiry, not by the retried release"
-    );
-    eprintln!("waiter granted {waited:?} after the release blip began");
-    if let Ok(result) = tokio::time::timeout(Duration::from_secs(10), release).await {
-        result
+        .unwrap();
+        let held = holder.acquire(&lock, &opts).await.unwrap();
+        let waiting = tokio::spawn({
+            let (waiter, lock, opts) = (waiter.clone(), lock.clone(), opts.clone());
+            async move { waiter.acquire(&lock, &opts).await }
+        });
+        partition.set(true);
+        let cut_at = tokio::time::Instant::now();
+        let awaited = if abandoned {
+            let gave_up = tokio::time::timeout(blip / 4, held.release()).await;
+            assert!(gave_up.is_err(), "the release went through a cut network");
+            None
+        } else {
+            Some(tokio::spawn(held.release()))
+        };
+        tokio::time::sleep_until(cut_at + blip).await;
+        partition.set(false);
+        // The holder's last renewal before the cut was at most ttl/3
+        // earlier, so its lease could not have expired before cut + 2/3 ttl.
+        let bound = ttl * 2 / 3;
+        let granted = tokio::time::timeout_at(cut_at + bound, waiting)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the waiter was not granted within {bound:?} of the cut (release abandoned: {abandoned}): the holder's key still blocks the lock")
+            })
             .unwrap()
-            .expect("the retried release reports success");
-    } else {
-        panic!("release still running 10 s after the waiter was granted");
+            .expect("waiter acquire");
+        eprintln!(
+            "waiter granted {:?} after the cut (release abandoned: {abandoned})",
+            cut_at.elapsed()
+        );
+        if let Some(release) = awaited {
+            tokio::time::timeout(Duration::from_secs(10), release)
+                .await
+                .expect("release still running 10 s after the waiter was granted")
+                .unwrap()
+                .expect("the retried release reports success");
+        }
+        granted.release().await.unwrap();
     }
-    granted.release().await.unwrap();
-}
-
-/// A release the caller stops waiting for (`timeout(..., grant.release())`
-/// during a network blip shorter than the lease) must still go through once
-/// the network is back: dropped half-way, it would leave the holder's key on
-/// a session that lives on, and `waiter` would wait for the life of the
-/// holder's process.
-pub async fn abandoned_release_still_releases<S>(
-    holder: S,
-    partition: &crate::etcd::fixture::Partition,
-    waiter: S,
-    ttl: Duration,
-    blip: Duration,
-) where
-    S: FencingSource + Clone + 'static,
-{
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(60));
-    let lock = ResourceName::new("release-abandoned").unwrap();
-    let held = holder.acquire(&lock, &opts).await.unwrap();
-    let waiting = tokio::spawn({
-        let (lock, opts) = (lock.clone(), opts.clone());
-        async move { waiter.acquire(&lock, &opts).await }
-    });
-    partition.set(true);
-    let cut_at = tokio::time::Instant::now();
-    let gave_up = tokio::time::timeout(blip / 4, held.release()).await;
-    assert!(gave_up.is_err(), "the release went through a cut network");
-    tokio::time::sleep_until(cut_at + blip).await;
-    partition.set(false);
-    let bound = ttl * 2 / 3;
-    let granted = tokio::time::timeout_at(cut_at + bound, waiting)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("the waiter was not granted within {bound:?}: the abandoned release left the holder's key behind")
-        })
-        .unwrap()
-        .expect("waiter acquire");
-    eprintln!(
-        "waiter granted {:?} after the abandoned release",
-        cut_at.elapsed()
-    );
-    granted.release().await.unwrap();
 }
 
 /// A waiter (behind `partition`) is cut off for twice the TTL while it is

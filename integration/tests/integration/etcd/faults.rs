@@ -284,35 +284,19 @@ async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
     );
 }
 
-/// A release cut off by a 4 s network blip (longer than the request
-/// timeout) is retried until it goes through, instead of leaving the key on
-/// a session that lives on and blocking every other process.
-async fn failed_release_is_retried(version: EtcdVersion) {
+/// A release during a 4 s network blip (longer than the request timeout,
+/// shorter than the 15 s lease) goes through once the network is back,
+/// whether its caller waits for it or gives up on it.
+async fn release_during_a_blip_still_releases(version: EtcdVersion) {
     let f = EtcdFixture::start(version).await;
     let (holder, partition) = f.partitionable_source().await;
     let waiter = f.source().await;
-    scenarios::failed_release_is_retried(
+    scenarios::release_during_a_blip_still_releases(
         holder,
         &partition,
         waiter,
         Duration::from_secs(15),
         Duration::from_secs(4),
-    )
-    .await;
-}
-
-/// A release abandoned by its caller during a 3 s blip still goes through
-/// once the network is back (the lease, 15 s, outlives the blip).
-async fn abandoned_release_still_releases(version: EtcdVersion) {
-    let f = EtcdFixture::start(version).await;
-    let (holder, partition) = f.partitionable_source().await;
-    let waiter = f.source().await;
-    scenarios::abandoned_release_still_releases(
-        holder,
-        &partition,
-        waiter,
-        Duration::from_secs(15),
-        Duration::from_secs(3),
     )
     .await;
 }
@@ -377,8 +361,7 @@ fencing_integration::on_both_etcd_versions!(
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
     guarded_txn_is_never_applied_twice,
-    failed_release_is_retried,
-    abandoned_release_still_releases,
+    release_during_a_blip_still_releases,
     waiter_requeues_after_losing_its_session,
     bad_input_is_refused,
 );

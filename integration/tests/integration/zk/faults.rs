@@ -224,14 +224,14 @@ async fn digest_acls_protect_lock_nodes(version: ZkVersion) {
     g.release().await.unwrap();
 }
 
-/// A release cut off by a 4 s network blip (longer than the request
-/// timeout) is retried until it goes through, instead of leaving the key on
-/// a session that lives on and blocking every other process.
-async fn failed_release_is_retried(version: ZkVersion) {
+/// A release during a 4 s network blip (longer than the request timeout,
+/// shorter than the 15 s lease) goes through once the network is back,
+/// whether its caller waits for it or gives up on it.
+async fn release_during_a_blip_still_releases(version: ZkVersion) {
     let f = ZkFixture::start(version).await;
     let (holder, partition) = f.partitionable_source().await;
     let waiter = f.source().await;
-    scenarios::failed_release_is_retried(
+    scenarios::release_during_a_blip_still_releases(
         holder,
         &partition,
         waiter,
@@ -320,22 +320,6 @@ async fn guarded_multi_opens_no_extra_session(version: ZkVersion) {
     g.release().await.unwrap();
 }
 
-/// A release abandoned by its caller during a 3 s blip still goes through
-/// once the network is back (the lease, 15 s, outlives the blip).
-async fn abandoned_release_still_releases(version: ZkVersion) {
-    let f = ZkFixture::start(version).await;
-    let (holder, partition) = f.partitionable_source().await;
-    let waiter = f.source().await;
-    scenarios::abandoned_release_still_releases(
-        holder,
-        &partition,
-        waiter,
-        Duration::from_secs(15),
-        Duration::from_secs(3),
-    )
-    .await;
-}
-
 /// A waiter whose session is lost while it is queued (a partition longer
 /// than the TTL) queues again with a new session instead of giving up.
 async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
@@ -398,8 +382,7 @@ fencing_integration::on_both_zk_versions!(
     foreign_ensemble_is_refused,
     guarded_multi_refuses_a_superseded_grant,
     digest_acls_protect_lock_nodes,
-    failed_release_is_retried,
-    abandoned_release_still_releases,
+    release_during_a_blip_still_releases,
     waiter_requeues_after_losing_its_session,
     abandoned_create_leaves_no_node,
     guarded_multi_opens_no_extra_session,
