@@ -11,6 +11,7 @@ pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use crate::redact::{redact_credentials, redact_secrets, REDACTED};
 pub use crate::settings::{check_leader_timings, is_host_port, positive_seconds};
 pub use crate::source::{ensure_same_source, with_timeout};
+pub use crate::source_url::UrlParts;
 
 use crate::grant::Grant;
 

@@ -44,6 +44,7 @@ mod redact;
 mod resource;
 mod settings;
 mod source;
+mod source_url;
 mod token;
 
 pub use error::{BoxError, Error, Result};

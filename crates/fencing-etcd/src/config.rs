@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, redact_secrets};
+use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, UrlParts};
 use fencing_core::{Error, Result};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
@@ -118,43 +118,34 @@ impl EtcdConfig {
 
     /// Parses `etcd://host:port[,host:port...]/prefix[?ttl=SECS&timeout=SECS&user=U&password=P]`;
     /// `etcds://` adds TLS with `ca=`, `cert=`, `key=` and `domain=` query
-    /// parameters (file paths).
+    /// parameters (file paths). The grammar is the shared one of
+    /// [`UrlParts`]: the scheme in any case, values percent-decoded (write
+    /// a `&` in a password as `%26`), a parameter given twice refused.
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad = |why: &str| Error::Config(format!("etcd URL {:?}: {why}", redact_secrets(url)));
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("etcd://") {
-            (false, rest)
-        } else if let Some(rest) = url.strip_prefix("etcds://") {
-            (true, rest)
-        } else {
-            return Err(bad("must start with etcd:// or etcds://"));
+        let url = UrlParts::parse(url, "etcd")?;
+        let bad = |why: &str| url.error(why);
+        let tls = match url.scheme() {
+            "etcd" => false,
+            "etcds" => true,
+            _ => return Err(bad("must start with etcd:// or etcds://")),
         };
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (hosts, path) = rest
+        let (hosts, path) = url
+            .target()
             .split_once('/')
             .ok_or_else(|| bad("missing /prefix after the hosts"))?;
         let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
         let mut cfg = EtcdConfig::new(endpoints, format!("/{}", path.trim_end_matches('/')))
             .map_err(|e| bad(&e.to_string()))?;
         let mut files = TlsFiles::default();
-        let mut user = None;
-        let mut password = None;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+        for (k, v) in url.params() {
+            let secs = || {
+                positive_seconds(v)
+                    .ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
+            };
             match k {
-                "ttl" => {
-                    cfg.ttl = whole_seconds(
-                        positive_seconds(v)
-                            .ok_or_else(|| bad("ttl must be a positive number of seconds"))?,
-                    )
-                }
-                "timeout" => {
-                    cfg.request_timeout = positive_seconds(v)
-                        .ok_or_else(|| bad("timeout must be a positive number of seconds"))?
-                }
-                "user" => user = Some(v.to_owned()),
-                "password" => password = Some(v.to_owned()),
+                "ttl" => cfg.ttl = whole_seconds(secs()?),
+                "timeout" => cfg.request_timeout = secs()?,
+                "user" | "password" => {}
                 "ca" | "cert" | "key" | "domain" if !tls => {
                     return Err(bad(&format!("{k}= needs an etcds:// URL")));
                 }
@@ -165,8 +156,8 @@ impl EtcdConfig {
                 other => return Err(bad(&format!("unknown parameter {other:?}"))),
             }
         }
-        match (user, password) {
-            (Some(u), Some(p)) => cfg.auth = Some((u, p)),
+        match (url.param("user"), url.param("password")) {
+            (Some(u), Some(p)) => cfg.auth = Some((u.to_owned(), p.to_owned())),
             (None, None) => {}
             _ => return Err(bad("user= and password= go together")),
         }
@@ -211,6 +202,24 @@ fn whole_seconds(ttl: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_url_grammar_holds() {
+        let c =
+            EtcdConfig::from_url("ETCDS://h:1/x?user=u&password=a%26b%3Dc+d&ca=/c.pem").unwrap();
+        assert_eq!(c.auth, Some(("u".into(), "a&b=c+d".into())));
+        assert!(c.tls.is_some());
+        for (url, needle) in [
+            ("etcd://h:1/x?ttl=1&ttl=2", "ttl= is given twice"),
+            ("etcd://h:1/x#f", "fragment"),
+            ("http://h:1/x", "must start with etcd:// or etcds://"),
+        ] {
+            match EtcdConfig::from_url(url) {
+                Err(Error::Config(msg)) => assert!(msg.contains(needle), "{url}: {msg}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn passwords_are_never_shown() {

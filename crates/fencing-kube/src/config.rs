@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::positive_seconds;
+use fencing_core::backend::{positive_seconds, UrlParts};
 use fencing_core::{Error, Result};
 
 use crate::names::check_namespace;
@@ -221,36 +221,28 @@ impl KubeConfig {
 
     /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`.
     ///
-    /// `lease_duration=` is a synonym of `ttl=`. Values are taken literally
-    /// (no percent-decoding). Every problem is an [`Error::Config`] naming it.
+    /// `lease_duration=` is a synonym of `ttl=`. The grammar is the shared
+    /// one of [`UrlParts`] (the scheme in any case, values percent-decoded,
+    /// a parameter given twice refused). Every problem is an
+    /// [`Error::Config`] naming it.
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad = |why: &str| Error::Config(format!("kube URL {url:?}: {why}"));
-        let rest = url
-            .get(..7)
-            .filter(|s| s.eq_ignore_ascii_case("kube://"))
-            .map(|_| &url[7..])
-            .ok_or_else(|| bad("must start with kube://"))?;
-        if rest.contains('#') {
-            return Err(bad("a fragment ('#') means nothing here"));
+        let url = UrlParts::parse(url, "kube")?;
+        let bad = |why: &str| url.error(why);
+        if url.scheme() != "kube" {
+            return Err(bad("must start with kube://"));
         }
-        let (namespace, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let namespace = namespace.strip_suffix('/').unwrap_or(namespace);
+        let namespace = url.target().strip_suffix('/').unwrap_or(url.target());
         if namespace.is_empty() {
             return Err(bad(
                 "the namespace is missing (kube://NAMESPACE?kubeconfig=PATH)",
             ));
         }
+        if url.param("ttl").is_some() && url.param("lease_duration").is_some() {
+            return Err(bad("ttl= is given twice (lease_duration= is its synonym)"));
+        }
         let mut cfg = KubeConfig::new(namespace).map_err(|e| bad(&e.to_string()))?;
-        let mut seen = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+        for (k, v) in url.params() {
             let key = if k == "lease_duration" { "ttl" } else { k };
-            if seen.contains(&key) {
-                return Err(bad(&format!("{k}= is given twice")));
-            }
-            seen.push(key);
             cfg.apply(key, v).map_err(|why| bad(&why))?;
         }
         cfg.options.check().map_err(|e| bad(&e.to_string()))?;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, redact_secrets};
+use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, UrlParts};
 use fencing_core::{Error, Result};
 
 /// Default session timeout asked of the ensemble (it may negotiate another
@@ -150,24 +150,19 @@ impl ZkConfig {
     /// `sasl_user=` and `sasl_password=` add SASL DIGEST-MD5, and `ca=`
     /// (with `cert=` and `key=` for client authentication) switch to TLS.
     pub fn from_url(url: &str) -> Result<Self> {
-        let bad =
-            |why: &str| Error::Config(format!("ZooKeeper URL {:?}: {why}", redact_secrets(url)));
-        let rest = url
-            .strip_prefix("zk://")
-            .ok_or_else(|| bad("must start with zk://"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let slash = rest
+        let url = UrlParts::parse(url, "ZooKeeper")?;
+        let bad = |why: &str| url.error(why);
+        if url.scheme() != "zk" {
+            return Err(bad("must start with zk://"));
+        }
+        let slash = url
+            .target()
             .find('/')
             .ok_or_else(|| bad("missing /path after the hosts"))?;
-        let (hosts, path) = rest.split_at(slash);
+        let (hosts, path) = url.target().split_at(slash);
         let mut cfg = ZkConfig::new(hosts.split(','), path).map_err(|e| bad(&e.to_string()))?;
-        let (mut user, mut password) = (None, None);
-        let (mut sasl_user, mut sasl_password) = (None, None);
         let (mut ca, mut cert, mut key) = (None, None, None);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| bad(&format!("query item {pair:?} is not key=value")))?;
+        for (k, v) in url.params() {
             let secs = || {
                 positive_seconds(v)
                     .ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
@@ -176,26 +171,15 @@ impl ZkConfig {
                 "session_timeout" => cfg.session_timeout = secs()?,
                 "timeout" => cfg.request_timeout = secs()?,
                 "ensemble" if !v.is_empty() => cfg.ensemble = v.to_owned(),
-                "user" => user = Some(v.to_owned()),
-                "password" => password = Some(v.to_owned()),
-                "sasl_user" => sasl_user = Some(v.to_owned()),
-                "sasl_password" => sasl_password = Some(v.to_owned()),
+                "user" | "password" | "sasl_user" | "sasl_password" => {}
                 "ca" => ca = Some(PathBuf::from(v)),
                 "cert" => cert = Some(PathBuf::from(v)),
                 "key" => key = Some(PathBuf::from(v)),
                 other => return Err(bad(&format!("unknown or empty parameter {other:?}"))),
             }
         }
-        match (user, password) {
-            (Some(u), Some(p)) => cfg.digest = Some((u, p)),
-            (None, None) => {}
-            _ => return Err(bad("user= and password= go together")),
-        }
-        match (sasl_user, sasl_password) {
-            (Some(u), Some(p)) => cfg.sasl = Some((u, p)),
-            (None, None) => {}
-            _ => return Err(bad("sasl_user= and sasl_password= go together")),
-        }
+        cfg.digest = credentials(&url, "user", "password")?;
+        cfg.sasl = credentials(&url, "sasl_user", "sasl_password")?;
         match (ca, cert.is_some() == key.is_some()) {
             (_, false) => return Err(bad("cert= and key= go together")),
             (Some(ca), true) => cfg.tls = Some(ZkTls { ca, cert, key }),
@@ -213,6 +197,19 @@ impl ZkConfig {
             )));
         }
         check_path(&self.path)
+    }
+}
+
+/// The pair `user_key=` / `password_key=`: both or neither.
+fn credentials(
+    url: &UrlParts,
+    user_key: &str,
+    password_key: &str,
+) -> Result<Option<(String, String)>> {
+    match (url.param(user_key), url.param(password_key)) {
+        (Some(u), Some(p)) => Ok(Some((u.to_owned(), p.to_owned()))),
+        (None, None) => Ok(None),
+        _ => Err(url.error(format!("{user_key}= and {password_key}= go together"))),
     }
 }
 
@@ -255,6 +252,25 @@ pub(crate) fn check_segment(segment: &str) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_url_grammar_holds() {
+        let c = ZkConfig::from_url("ZK://h:1/x?sasl_user=s&sasl_password=p%26q%25").unwrap();
+        assert_eq!(c.sasl, Some(("s".into(), "p&q%".into())));
+        for (url, needle) in [
+            ("zk://h:1/x?timeout=1&timeout=2", "timeout= is given twice"),
+            ("zk://h:1/x?user=u", "user= and password= go together"),
+            (
+                "zk://h:1/x?sasl_password=p",
+                "sasl_user= and sasl_password= go together",
+            ),
+        ] {
+            match ZkConfig::from_url(url) {
+                Err(Error::Config(msg)) => assert!(msg.contains(needle), "{url}: {msg}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn passwords_are_never_shown() {
