@@ -1,6 +1,8 @@
 //! Every integration test of the workspace's real-cluster harness, in one
 //! test binary (one link instead of one per file): a module per backend,
-//! then the tests that span backends.
+//! then the tests that span backends. Tests that measure times under faults
+//! are a binary of their own (`tests/timing.rs`), so that they never share
+//! the cores with these.
 //!
 //! Run one backend with a filter, e.g.
 //! `cargo test -p fencing-integration --test integration -- etcd::`.
@@ -14,4 +16,3 @@ mod cluster_gate_sources;
 mod docker_compose;
 mod election;
 mod local_crash;
-mod member_faults;

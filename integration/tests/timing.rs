@@ -3,6 +3,13 @@
 //! turn is killed, paused and restarted, three rounds (27 faults), while
 //! one client holds a lock and four wait. A healthy quorum must cost no
 //! lease and no waiter; the figures are printed for the notes.
+//!
+//! A test binary of its own, and its tests one at a time: they measure
+//! renewal and hand-over times under faults, which another cluster test
+//! sharing the two cores would stretch (a ZooKeeper ride-through lost its
+//! session once while it ran beside the main binary's ZooKeeper tests).
+//! Cargo runs test binaries one after another, so nothing else runs beside
+//! these.
 
 use std::time::Duration;
 
@@ -11,6 +18,10 @@ use fencing_integration::etcd::fixture::EtcdFixture;
 use fencing_integration::scenarios::{self, RideThrough};
 use fencing_integration::zk::ensemble::ZkVersion;
 use fencing_integration::zk::fixture::ZkFixture;
+
+/// Held by each test for its whole run, so the tests of this binary never
+/// overlap.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const ROUNDS: usize = 3;
 const DOWN: Duration = Duration::from_secs(2);
@@ -31,6 +42,7 @@ fn report(name: &str, seen: &RideThrough) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_rides_through_member_faults() {
+    let _alone = ALONE.lock().await;
     let mut f = EtcdFixture::start(EtcdVersion::V3_6).await;
     let ttl = Duration::from_secs(5);
     let holder = f.source().await;
@@ -46,6 +58,7 @@ async fn etcd_rides_through_member_faults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_rides_through_member_faults() {
+    let _alone = ALONE.lock().await;
     let mut f = ZkFixture::start(ZkVersion::V3_9).await;
     let ttl = Duration::from_secs(4);
     let holder = f.source().await;
@@ -73,6 +86,7 @@ fn handover_report(name: &str, mut ms: Vec<u128>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_hands_over_with_a_member_dead() {
+    let _alone = ALONE.lock().await;
     let mut f = EtcdFixture::start(EtcdVersion::V3_6).await;
     let (a, b) = (f.source().await, f.source().await);
     let ms =
@@ -83,6 +97,7 @@ async fn etcd_hands_over_with_a_member_dead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_hands_over_with_a_member_dead() {
+    let _alone = ALONE.lock().await;
     let mut f = ZkFixture::start(ZkVersion::V3_9).await;
     let (a, b) = (f.source().await, f.source().await);
     let ms =
@@ -98,6 +113,7 @@ async fn zookeeper_hands_over_with_a_member_dead() {
 /// the refused connections of a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_rides_through_restarts() {
+    let _alone = ALONE.lock().await;
     use fencing::{AcquireOptions, FencingSource, ResourceName};
     use fencing_integration::kubernetes::cluster::KubeUser;
     use fencing_integration::kubernetes::fixture::KubeFixture;
