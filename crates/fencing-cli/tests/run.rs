@@ -65,6 +65,7 @@ async fn child_gets_the_grants_token_and_its_exit_code_is_passed_through() {
         .unwrap()
         .expect("released when the command exited");
     assert!(next.token() > holder.token);
+    next.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,14 +285,16 @@ async fn sigterm_between_acquire_and_start_is_honoured() {
         !started.exists(),
         "the command must not start after SIGTERM"
     );
-    assert!(
-        source
-            .try_acquire(&l, &AcquireOptions::new())
-            .await
-            .unwrap()
-            .is_some(),
-        "released"
-    );
+    // Released by hand: a grant dropped here would be released in the
+    // background after the test's directory is gone, re-creating it.
+    source
+        .try_acquire(&l, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .expect("released")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Kills a `fence` started by hand if the test fails half way.
@@ -360,14 +363,16 @@ async fn a_grace_that_does_not_fit_in_the_lease_is_refused() {
         assert!(!ran.exists(), "the command must not run");
     }
     let source = LocalSource::open(&src).unwrap();
-    assert!(
-        source
-            .try_acquire(&ResourceName::new("l").unwrap(), &AcquireOptions::new())
-            .await
-            .unwrap()
-            .is_some(),
-        "the lock is free"
-    );
+    // Released by hand: a grant dropped here would be released in the
+    // background after the test's directory is gone, re-creating it.
+    source
+        .try_acquire(&ResourceName::new("l").unwrap(), &AcquireOptions::new())
+        .await
+        .unwrap()
+        .expect("the lock is free")
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Ctrl-Z: the terminal sends SIGTSTP to `fence` only (the command runs in
@@ -431,11 +436,14 @@ async fn sigterm_to_fence_is_passed_to_the_child_and_the_lock_released() {
     assert_eq!(code, Some(9), "the child's own status: {stderr}");
     let source = LocalSource::open(dir.path().join("src")).unwrap();
     let l = ResourceName::new("l").unwrap();
-    assert!(source
+    source
         .try_acquire(&l, &AcquireOptions::new())
         .await
         .unwrap()
-        .is_some());
+        .expect("released on SIGTERM")
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
