@@ -135,7 +135,7 @@ fn malformed_and_unknown_sources_are_usage_errors() {
     assert_usage_error(&["demo", "--source", "nonsense"], "no scheme");
     assert_usage_error(
         &["demo", "--source", "redis://localhost"],
-        "unknown fencing source scheme \"redis\"",
+        "unknown scheme \"redis\"",
     );
     assert_usage_error(&["demo", "--source", "local://"], "names no directory");
     assert_usage_error(&["demo", "--source", "local:///tmp/x?ttl=soon"], "ttl=soon");

@@ -235,6 +235,7 @@ impl Error {
         }
     }
 
+    #[cfg(feature = "local")]
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
@@ -242,6 +243,7 @@ impl Error {
         }
     }
 
+    #[cfg(feature = "local")]
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
         Error::Corrupt {
             path: path.into(),

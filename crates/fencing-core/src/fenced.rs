@@ -82,7 +82,7 @@ where
     Err(last_rejection.unwrap_or_else(|| Error::lost(resource.as_str(), "no attempt was made")))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod tests {
     use super::*;
     use crate::gate::{Gate, MemoryGate};

@@ -1,5 +1,6 @@
-//! The I/O-free heart of the `fencing` workspace (LocalSource aside, which
-//! only touches its own directory).
+//! The I/O-free heart of the `fencing` workspace. The default feature
+//! `local` adds the file-backed parts, [`LocalSource`] and [`FileGate`],
+//! which touch only their own directory and file.
 //!
 //! A lease is a permission that decays with time; a client's belief in it
 //! does not, and storage accepts a late write forever. This crate fixes that
@@ -32,13 +33,17 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backend;
+#[cfg(feature = "local")]
 mod durable;
 mod error;
 mod fenced;
 mod gate;
 mod grant;
 mod lease;
+#[cfg(feature = "local")]
 mod local;
 mod redact;
 mod resource;
@@ -49,9 +54,14 @@ mod token;
 
 pub use error::{BoxError, Error, Result};
 pub use fenced::fenced;
-pub use gate::{FileGate, Gate, Mark, MemoryGate, ValidatingGate};
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+pub use gate::FileGate;
+pub use gate::{Gate, Mark, MemoryGate, ValidatingGate};
 pub use grant::{Grant, GrantInfo, HolderInfo, SourceId};
 pub use lease::{LeaseView, LossReason};
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};
 pub use settings::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};

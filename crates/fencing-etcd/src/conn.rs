@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Client, ConnectOptions};
 use fencing_core::{Error, Result};
 
 use crate::config::EtcdConfig;
@@ -39,7 +39,7 @@ impl Conn {
         }
         let scheme = if cfg.tls.is_some() { "https" } else { "http" };
         if let Some(files) = &cfg.tls {
-            opts = opts.with_tls(tls_options(files).await?);
+            opts = with_tls(opts, files).await?;
         }
         let urls: Vec<String> = cfg
             .endpoints
@@ -193,7 +193,9 @@ fn is_transient(e: &etcd_client::Error) -> bool {
     }
 }
 
-async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
+#[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
+async fn with_tls(opts: ConnectOptions, files: &crate::config::TlsFiles) -> Result<ConnectOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
     let read = |p: std::path::PathBuf| async move {
         tokio::fs::read(&p)
             .await
@@ -212,7 +214,16 @@ async fn tls_options(files: &crate::config::TlsFiles) -> Result<TlsOptions> {
     if let Some(domain) = &files.domain {
         tls = tls.domain_name(domain.clone());
     }
-    Ok(tls)
+    Ok(opts.with_tls(tls))
+}
+
+#[cfg(not(any(feature = "aws-lc-rs", feature = "ring")))]
+async fn with_tls(_: ConnectOptions, _: &crate::config::TlsFiles) -> Result<ConnectOptions> {
+    Err(Error::Config(
+        "etcds:// needs TLS, and fencing-etcd was built without a crypto provider: \
+         enable its `aws-lc-rs` or `ring` feature"
+            .into(),
+    ))
 }
 
 /// etcd_client's error has no `source()`: start from what it wraps.

@@ -16,7 +16,6 @@ use crate::error::{classify, timed_out, Call, Failure};
 /// Builds the client configuration: the explicit kubeconfig file, else
 /// `KUBECONFIG` / `~/.kube/config`, else the in-cluster service account.
 pub(crate) async fn client_config(cfg: &KubeConfig) -> Result<kube::Config> {
-    ensure_rustls_provider();
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..KubeConfigOptions::default()
@@ -54,17 +53,6 @@ pub(crate) async fn client_config(cfg: &KubeConfig) -> Result<kube::Config> {
     // whose first attempt landed would come back as a false 409.
     config.default_retry = false;
     Ok(config)
-}
-
-/// kube's TLS settings use the process-wide rustls provider; when an
-/// application links several (ring and aws-lc-rs), rustls cannot choose and
-/// would panic. Install ring, the one kube is built with here, unless the
-/// application already chose.
-fn ensure_rustls_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // A concurrent installer may win; any provider serves.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
 }
 
 /// Lease calls in one namespace, each bounded by the request timeout.

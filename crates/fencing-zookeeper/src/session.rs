@@ -203,11 +203,6 @@ async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
             .map_err(|e| Error::Config(format!("reading TLS file {}: {e}", p.display())))
     };
     let bad = |e: zookeeper_client::Error| Error::Config(format!("ZooKeeper TLS files: {e}"));
-    // With both rustls backends compiled in (etcd's tonic brings ring, this
-    // client aws-lc-rs) rustls cannot pick a default provider by itself.
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    }
     let mut options = TlsOptions::new()
         .with_pem_ca(&read(tls.ca.clone()).await?)
         .map_err(bad)?;

@@ -29,6 +29,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(any(feature = "zookeeper", feature = "kube"))]
+mod tls;
 mod url;
 
 /// The I/O-free core, whole: everything below is re-exported from it, and
@@ -37,11 +39,14 @@ pub use fencing_core as core;
 
 pub use fencing_core::{
     default_holder_identity, fenced, AcquireOptions, BoxError, Error, FencingSource, FencingToken,
-    FileGate, Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaseView, LocalSource, LossReason, Mark,
-    MemoryGate, ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION,
-    DEFAULT_LOCAL_TTL, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN,
-    MIN_LOCAL_TTL, PORTABLE_RULE,
+    Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaseView, LossReason, Mark, MemoryGate,
+    ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN, PORTABLE_RULE,
 };
+/// The file-backed parts; feature `local` (on by default).
+#[cfg(feature = "local")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local")))]
+pub use fencing_core::{FileGate, LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 
 use std::sync::Arc;
 
@@ -112,6 +117,7 @@ pub use fencing_election as election;
 /// blocking pool; call this from inside a tokio runtime.
 pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
     match SourceUrl::parse(url)? {
+        #[cfg(feature = "local")]
         SourceUrl::Local { dir, default_ttl } => {
             let shown = dir.display().to_string();
             let source = tokio::task::spawn_blocking(move || {
@@ -125,13 +131,21 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
         #[cfg(feature = "etcd")]
         SourceUrl::Etcd(cfg) => Ok(Arc::new(fencing_etcd::EtcdSource::connect(cfg).await?)),
         #[cfg(feature = "zookeeper")]
-        SourceUrl::Zk(cfg) => Ok(Arc::new(fencing_zookeeper::ZkSource::connect(cfg).await?)),
+        SourceUrl::Zk(cfg) => {
+            if cfg.tls.is_some() {
+                tls::check_provider("zk:// with ca=")?;
+            }
+            Ok(Arc::new(fencing_zookeeper::ZkSource::connect(cfg).await?))
+        }
         #[cfg(feature = "kube")]
-        SourceUrl::Kube(cfg) => Ok(Arc::new(fencing_kube::KubeLeaseSource::connect(cfg).await?)),
+        SourceUrl::Kube(cfg) => {
+            tls::check_provider("kube://")?;
+            Ok(Arc::new(fencing_kube::KubeLeaseSource::connect(cfg).await?))
+        }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod tests {
     use super::*;
     use std::time::Duration;
@@ -182,27 +196,24 @@ mod tests {
 
     #[tokio::test]
     async fn missing_backends_name_their_scheme() {
-        #[cfg(not(feature = "etcd"))]
-        for (url, scheme) in [
-            ("etcd://127.0.0.1:2379", "etcd"),
-            ("etcds://etcd.example:2379", "etcd"),
-        ] {
+        let missing = [
+            ("etcd://127.0.0.1:2379", "`etcd`", cfg!(feature = "etcd")),
+            (
+                "etcds://etcd.example:2379",
+                "`etcd`",
+                cfg!(feature = "etcd"),
+            ),
+            (
+                "zk://zk1:2181/locks",
+                "`zookeeper`",
+                cfg!(feature = "zookeeper"),
+            ),
+            ("kube://default", "`kube`", cfg!(feature = "kube")),
+        ];
+        for (url, feature, _) in missing.into_iter().filter(|(_, _, built)| !built) {
             let msg = config_message(connect(url).await);
             assert!(
-                msg.contains("this build has no") && msg.contains(scheme),
-                "{url}: {msg}"
-            );
-        }
-        #[cfg(not(feature = "zookeeper"))]
-        {
-            let msg = config_message(connect("zk://zk1:2181/locks").await);
-            assert!(msg.contains("this build has no ZooKeeper"), "{msg}");
-        }
-        #[cfg(not(feature = "kube"))]
-        for (url, scheme) in [("kube://default", "Kubernetes")] {
-            let msg = config_message(connect(url).await);
-            assert!(
-                msg.contains("this build has no") && msg.contains(scheme),
+                msg.contains("this build has no backend") && msg.contains(feature),
                 "{url}: {msg}"
             );
         }

@@ -1,11 +1,11 @@
 //! Parsing of fencing source URLs, kept apart from opening them so callers
 //! can reject a bad URL before doing any work.
 
-use std::path::PathBuf;
-use std::time::Duration;
+#[cfg(feature = "local")]
+use std::{path::PathBuf, time::Duration};
 
-use fencing_core::backend::{redact_secrets, UrlParts};
-use fencing_core::{Error, Result, MIN_LOCAL_TTL};
+use fencing_core::backend::UrlParts;
+use fencing_core::{Error, Result};
 
 /// Every scheme this crate recognises, built in or not.
 pub const KNOWN_SCHEMES: [&str; 5] = ["local", "etcd", "etcds", "zk", "kube"];
@@ -27,9 +27,10 @@ pub const KNOWN_SCHEMES: [&str; 5] = ["local", "etcd", "etcds", "zk", "kube"];
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SourceUrl {
-    /// `local://DIR[?ttl=SECS]`: everything between `local://` and `?` is
+    /// `local://DIR[?ttl=SECS]` (feature `local`): everything between `local://` and `?` is
     /// the directory, taken literally (no percent-decoding), so
     /// `local:///abs` is absolute and `local://rel` is relative.
+    #[cfg(feature = "local")]
     Local {
         /// The state directory.
         dir: PathBuf,
@@ -55,81 +56,45 @@ impl SourceUrl {
     /// Every problem is an [`Error::Config`] that names it; passwords in
     /// the URL are shown as `***`. `Debug` never shows them either.
     pub fn parse(url: &str) -> Result<SourceUrl> {
-        Self::parse_quoting_secrets(url).map_err(|e| match e {
-            Error::Config(msg) => Error::Config(redact_secrets(&msg)),
-            other => other,
-        })
-    }
-
-    fn parse_quoting_secrets(url: &str) -> Result<SourceUrl> {
         if url.trim().is_empty() {
-            return Err(config(
-                "fencing source URL is empty; expected e.g. local:///var/lib/fencing",
+            return Err(Error::Config(
+                "fencing source URL is empty; expected e.g. local:///var/lib/fencing".into(),
             ));
         }
-        let Some((scheme, _)) = url.split_once("://").filter(|(s, _)| is_scheme(s)) else {
-            return Err(config(format!(
-                "fencing source URL {url:?} has no scheme; expected SCHEME://..., e.g. local:///var/lib/fencing"
-            )));
-        };
-        match scheme.to_ascii_lowercase().as_str() {
-            "local" => parse_local(url),
+        let parts = UrlParts::parse(url, "fencing source")?;
+        match parts.scheme() {
+            #[cfg(feature = "local")]
+            "local" => parse_local(&parts),
             #[cfg(feature = "etcd")]
             "etcd" | "etcds" => fencing_etcd::EtcdConfig::from_url(url).map(SourceUrl::Etcd),
-            #[cfg(not(feature = "etcd"))]
-            "etcd" | "etcds" => Err(missing_backend(
-                scheme,
-                "etcd",
-                "feature `etcd` of the fencing crate",
-            )),
             #[cfg(feature = "zookeeper")]
             "zk" => fencing_zookeeper::ZkConfig::from_url(url).map(SourceUrl::Zk),
-            #[cfg(not(feature = "zookeeper"))]
-            "zk" => Err(missing_backend(
-                scheme,
-                "ZooKeeper",
-                "feature `zookeeper` of the fencing crate",
-            )),
             #[cfg(feature = "kube")]
             "kube" => fencing_kube::KubeConfig::from_url(url).map(SourceUrl::Kube),
-            #[cfg(not(feature = "kube"))]
-            "kube" => Err(missing_backend(
-                scheme,
-                "Kubernetes",
-                "feature `kube` of the fencing crate",
-            )),
-            _ => Err(config(format!(
-                "unknown fencing source scheme {scheme:?} in {url:?}; known schemes: {}",
+            known if KNOWN_SCHEMES.contains(&known) => Err(parts.error(format!(
+                "this build has no backend for {known}:// URLs (it needs the feature `{}` of the fencing crate)",
+                feature_of(known)
+            ))),
+            other => Err(parts.error(format!(
+                "unknown scheme {other:?}; known schemes: {}",
                 KNOWN_SCHEMES.join(", ")
             ))),
         }
     }
 }
 
-fn config(msg: impl Into<String>) -> Error {
-    Error::Config(msg.into())
+/// The cargo feature that brings the backend of a known scheme.
+fn feature_of(scheme: &str) -> &'static str {
+    match scheme {
+        "local" => "local",
+        "etcd" | "etcds" => "etcd",
+        "zk" => "zookeeper",
+        _ => "kube",
+    }
 }
 
-/// RFC 3986: a letter, then letters, digits, `+`, `-` or `.`.
-fn is_scheme(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-}
-
-#[cfg(any(
-    not(feature = "etcd"),
-    not(feature = "zookeeper"),
-    not(feature = "kube")
-))]
-fn missing_backend(scheme: &str, system: &str, krate: &str) -> Error {
-    config(format!(
-        "this build has no {system} backend for {scheme}:// URLs (it needs the {krate})"
-    ))
-}
-
-fn parse_local(url: &str) -> Result<SourceUrl> {
-    let url = UrlParts::parse(url, "local source")?;
+#[cfg(feature = "local")]
+fn parse_local(url: &UrlParts) -> Result<SourceUrl> {
     if url.target().is_empty() {
         return Err(url.error(
             "names no directory; expected e.g. local:///var/lib/fencing or local://./state",
@@ -138,7 +103,7 @@ fn parse_local(url: &str) -> Result<SourceUrl> {
     let mut default_ttl = None;
     for (key, value) in url.params() {
         match key {
-            "ttl" => default_ttl = Some(parse_ttl(&url, value)?),
+            "ttl" => default_ttl = Some(parse_ttl(url, value)?),
             other => {
                 return Err(url.error(format!(
                     "unknown query parameter {other:?}; the only one is ttl=SECS"
@@ -152,7 +117,9 @@ fn parse_local(url: &str) -> Result<SourceUrl> {
     })
 }
 
+#[cfg(feature = "local")]
 fn parse_ttl(url: &UrlParts, value: &str) -> Result<Duration> {
+    use fencing_core::MIN_LOCAL_TTL;
     let bad = |why: &str| url.error(format!("ttl={value} {why}"));
     // f64 parsing accepts "inf", "nan" and exponents; allow plain decimals only.
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
@@ -170,7 +137,19 @@ fn parse_ttl(url: &UrlParts, value: &str) -> Result<Duration> {
     Ok(ttl)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "local")))]
+mod without_local {
+    #[test]
+    fn local_urls_name_the_missing_feature() {
+        let Err(fencing_core::Error::Config(msg)) = super::SourceUrl::parse("local:///d?ttl=3")
+        else {
+            panic!("local:// parsed without the local feature")
+        };
+        assert!(msg.contains("feature `local`"), "{msg}");
+    }
+}
+
+#[cfg(all(test, feature = "local"))]
 mod tests {
     use super::*;
 
@@ -249,13 +228,14 @@ mod tests {
     fn recognised_but_absent_backends() {
         #[cfg(not(feature = "etcd"))]
         {
-            assert!(err("etcd://127.0.0.1:2379").contains("no etcd backend"));
-            assert!(err("etcds://h:2379").contains("no etcd backend for etcds://"));
+            assert!(err("etcd://127.0.0.1:2379").contains("no backend for etcd://"));
+            assert!(err("ETCDS://h:2379")
+                .contains("no backend for etcds:// URLs (it needs the feature `etcd`"));
         }
         #[cfg(not(feature = "zookeeper"))]
-        assert!(err("zk://h:2181").contains("no ZooKeeper backend"));
+        assert!(err("zk://h:2181").contains("feature `zookeeper`"));
         #[cfg(not(feature = "kube"))]
-        assert!(err("kube://ns").contains("no Kubernetes backend"));
+        assert!(err("kube://ns?password=hunter2").contains("feature `kube`"));
     }
 
     #[cfg(feature = "kube")]
@@ -276,7 +256,8 @@ mod tests {
     fn unknown_scheme_is_named() {
         let msg = err("redis://localhost:6379");
         assert!(
-            msg.contains("\"redis\"") && msg.contains("local, etcd, etcds, zk, kube"),
+            msg.contains("unknown scheme \"redis\"")
+                && msg.contains("local, etcd, etcds, zk, kube"),
             "{msg}"
         );
     }

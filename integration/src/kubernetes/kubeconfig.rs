@@ -73,21 +73,9 @@ fn kubeconfig(server: &str, ca: &Path, user: KubeUser, cert: &ClientCert) -> Kub
     }
 }
 
-/// Installs ring as the process's rustls provider unless one is set: kube
-/// builds its TLS config with the process default, and rustls cannot pick
-/// one by itself when several are compiled in (this crate has ring and
-/// aws-lc-rs).
-pub fn ensure_rustls_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // A concurrent caller may win the race; either provider is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 /// Client settings from a kubeconfig file, with the harness's connect
 /// timeout.
 pub(super) async fn config_from(kubeconfig: &Path) -> Result<kube::Config, HarnessError> {
-    ensure_rustls_provider();
     let context = |e: &dyn fmt::Display| {
         HarnessError::Config(format!("kubeconfig {}: {e}", kubeconfig.display()))
     };

@@ -1,12 +1,14 @@
 //! Storage-side gates: keep the highest token accepted per resource and
 //! refuse lower ones, and tokens of another source.
 
+#[cfg(feature = "local")]
 mod file;
 mod memory;
 mod validating;
 
 use async_trait::async_trait;
 
+#[cfg(feature = "local")]
 pub use file::FileGate;
 pub use memory::MemoryGate;
 pub use validating::ValidatingGate;

@@ -139,7 +139,7 @@ impl<G: Gate> Gate for ValidatingGate<G> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
