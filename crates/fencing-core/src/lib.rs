@@ -50,6 +50,7 @@ mod resource;
 mod settings;
 mod source;
 mod source_url;
+mod timings;
 mod token;
 
 pub use error::{BoxError, Error, Result};
@@ -64,6 +65,8 @@ pub use lease::{LeaseView, LossReason};
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};
-pub use settings::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
 pub use source::{default_holder_identity, AcquireOptions, FencingSource, IfHeld};
+pub use timings::{
+    LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+};
 pub use token::FencingToken;

@@ -1,48 +1,6 @@
-//! Small parsers the backends' URL forms share, and client-go's
-//! leader-election timings, which the elector and the Kubernetes backend
-//! both follow.
+//! Small parsers the backends' URL forms share.
 
 use std::time::Duration;
-
-use crate::error::{Error, Result};
-
-/// client-go's default lease duration (LeaseDuration).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-/// client-go's default renew deadline (RenewDeadline).
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
-/// client-go's default retry period (RetryPeriod).
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
-
-/// client-go's rule for leader-election timings: the retry period is
-/// positive and `lease_duration > renew_deadline > 1.2 x retry_period`
-/// (1.2 is client-go's jitter factor: a renewal retried with jitter must
-/// still land before the deadline). The [`Error::Config`] names the rule.
-///
-/// ```
-/// use std::time::Duration;
-/// let s = Duration::from_secs;
-/// assert!(fencing_core::backend::check_leader_timings(s(15), s(10), s(2)).is_ok());
-/// assert!(fencing_core::backend::check_leader_timings(s(10), s(10), s(2)).is_err());
-/// ```
-pub fn check_leader_timings(lease: Duration, renew: Duration, retry: Duration) -> Result<()> {
-    if retry.is_zero() {
-        return Err(Error::Config(
-            "retry_period must be greater than zero".to_owned(),
-        ));
-    }
-    if lease <= renew {
-        return Err(Error::Config(format!(
-            "lease_duration ({lease:?}) must be greater than renew_deadline ({renew:?})"
-        )));
-    }
-    // renew > 1.2 x retry, in integers: 5 x renew > 6 x retry.
-    if renew.as_nanos() * 5 <= retry.as_nanos() * 6 {
-        return Err(Error::Config(format!(
-            "renew_deadline ({renew:?}) must be greater than 1.2 x retry_period ({retry:?})"
-        )));
-    }
-    Ok(())
-}
 
 /// A positive, finite number of seconds below 10^9 (`"2.5"`, `"15"`).
 #[must_use]

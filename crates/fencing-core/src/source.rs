@@ -24,7 +24,23 @@ use crate::resource::ResourceName;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AcquireOptions {
-    /// Lease length; `None` takes the source's default.
+    /// Lease length; `None` takes the source's default. What it means
+    /// depends on the backend; [`Grant::ttl`] reports what was granted:
+    ///
+    /// - local: the lease itself, renewed every third of it; 300 ms to 24 h,
+    ///   else [`Error::Config`].
+    /// - etcd: the TTL of the session lease, in whole seconds (rounded up;
+    ///   the server may grant more); grants with the same TTL share one
+    ///   session, so they are renewed, and lost, together.
+    /// - ZooKeeper: the session timeout requested for a session shared by
+    ///   the grants with the same TTL; the ensemble clamps it to its
+    ///   `minSessionTimeout..maxSessionTimeout` (2 to 20 ticks by default),
+    ///   and the negotiated value is the grant's TTL.
+    /// - Kubernetes: `leaseDurationSeconds` (whole seconds), how long others
+    ///   wait after the Lease last changed; the holder counts the grant as
+    ///   lost earlier, at the renew deadline
+    ///   ([`LeaderTimings`](crate::LeaderTimings), scaled to a TTL the
+    ///   configured deadline does not fit under).
     pub ttl: Option<Duration>,
     /// Give up with [`Error::Timeout`] after this long; `None` waits until
     /// granted or until the future is dropped.

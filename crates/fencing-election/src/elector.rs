@@ -86,7 +86,7 @@ impl LeaderElector {
     /// renewed and expires after the lease duration, as for any acquire.)
     pub async fn campaign(&self) -> Result<Leadership> {
         let options = AcquireOptions::new()
-            .ttl(self.config.lease_duration)
+            .ttl(self.config.timings.lease_duration)
             .holder(self.config.identity.clone());
         loop {
             let error = match self.source.acquire(&self.election, &options).await {
@@ -95,7 +95,7 @@ impl LeaderElector {
                         let _ = grant.release().await;
                         return Err(e);
                     }
-                    let leadership = Leadership::new(grant, self.config.renew_deadline);
+                    let leadership = Leadership::new(grant, self.config.timings.renew_deadline);
                     // A grant that took longer than the renew deadline to
                     // come back is no leadership: drop it and try again.
                     if leadership.is_leader() {
@@ -115,10 +115,10 @@ impl LeaderElector {
             tracing::warn!(
                 election = %self.election,
                 error = %error,
-                retry_in = ?self.config.retry_period,
+                retry_in = ?self.config.timings.retry_period,
                 "campaign attempt failed"
             );
-            tokio::time::sleep(self.config.retry_period).await;
+            tokio::time::sleep(self.config.timings.retry_period).await;
         }
     }
 
@@ -129,7 +129,7 @@ impl LeaderElector {
     /// server's bounds; etcd rounds up to whole seconds).
     fn check_renewals(&self, grant: &GrantInfo) -> Result<()> {
         let needed = grant.renew_interval * 6 / 5;
-        if self.config.renew_deadline > needed {
+        if self.config.timings.renew_deadline > needed {
             return Ok(());
         }
         Err(Error::Config(format!(
@@ -137,7 +137,10 @@ impl LeaderElector {
              so renew_deadline {:?} would end every term between two renewals; it must \
              exceed {needed:?}: raise renew_deadline or lower lease_duration (on ZooKeeper \
              the server's minSessionTimeout may have raised the TTL)",
-            grant.renew_interval, grant.ttl, self.config.lease_duration, self.config.renew_deadline
+            grant.renew_interval,
+            grant.ttl,
+            self.config.timings.lease_duration,
+            self.config.timings.renew_deadline
         )))
     }
 
@@ -148,8 +151,8 @@ impl LeaderElector {
         Observer::new(
             self.source.clone(),
             self.election.clone(),
-            self.config.retry_period,
-            self.config.lease_duration,
+            self.config.timings.retry_period,
+            self.config.timings.lease_duration,
         )
     }
 

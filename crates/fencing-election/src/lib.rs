@@ -41,7 +41,8 @@ mod observer;
 mod term;
 
 pub use config::{
-    ElectionConfig, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+    ElectionConfig, LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
 };
 pub use elector::LeaderElector;
 pub use observer::{Leader, Observer};

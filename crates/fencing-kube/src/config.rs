@@ -9,7 +9,9 @@ use fencing_core::{Error, Result};
 
 use crate::names::check_namespace;
 
-pub use fencing_core::{DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD};
+pub use fencing_core::{
+    LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+};
 
 /// Default limit for one request to the apiserver.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,17 +33,18 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseOptions {
-    /// `leaseDurationSeconds` written into the Lease: how long other
-    /// candidates wait, on their own clocks, after they last saw the Lease
-    /// change. Whole seconds (rounded up).
-    pub lease_duration: Duration,
-    /// How long the holder keeps the grant without a confirmed renewal; the
-    /// grant counts as lost locally once this (minus a 10 % drift margin)
-    /// has passed since the last successful renewal was sent.
-    pub renew_deadline: Duration,
-    /// Interval between renewals, and between attempts of a waiting
-    /// candidate.
-    pub retry_period: Duration,
+    /// client-go's timings ([`LeaderTimings`]), used here as follows.
+    ///
+    /// - `lease_duration`: `leaseDurationSeconds` written into the Lease, how
+    ///   long other candidates wait, on their own clocks, after they last
+    ///   saw the Lease change. Whole seconds (rounded up).
+    /// - `renew_deadline`: how long the holder keeps the grant without a
+    ///   confirmed renewal; the grant counts as lost locally once this
+    ///   (minus a 10 % drift margin) has passed since the last successful
+    ///   renewal was sent.
+    /// - `retry_period`: the interval between renewals, and between
+    ///   attempts of a waiting candidate.
+    pub timings: LeaderTimings,
     /// Limit for each request to the apiserver.
     pub request_timeout: Duration,
     /// Name of the cluster in the source identity; `None` uses the
@@ -53,9 +56,7 @@ pub struct LeaseOptions {
 impl Default for LeaseOptions {
     fn default() -> Self {
         LeaseOptions {
-            lease_duration: DEFAULT_LEASE_DURATION,
-            renew_deadline: DEFAULT_RENEW_DEADLINE,
-            retry_period: DEFAULT_RETRY_PERIOD,
+            timings: LeaderTimings::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             cluster: None,
         }
@@ -66,21 +67,29 @@ impl LeaseOptions {
     /// Sets the lease duration (rounded up to whole seconds, at least 1 s).
     #[must_use]
     pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.lease_duration = whole_seconds(d);
+        self.timings.lease_duration = whole_seconds(d);
+        self
+    }
+
+    /// Replaces all three timings (the lease duration rounded up to whole
+    /// seconds).
+    #[must_use]
+    pub fn timings(mut self, timings: LeaderTimings) -> Self {
+        self.timings = timings.lease_duration(whole_seconds(timings.lease_duration));
         self
     }
 
     /// Sets the renew deadline.
     #[must_use]
     pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.renew_deadline = d;
+        self.timings.renew_deadline = d;
         self
     }
 
     /// Sets the retry period.
     #[must_use]
     pub fn retry_period(mut self, d: Duration) -> Self {
-        self.retry_period = d;
+        self.timings.retry_period = d;
         self
     }
 
@@ -106,54 +115,29 @@ impl LeaseOptions {
                 "Kubernetes request timeout must be positive".into(),
             ));
         }
-        let Timings {
-            lease,
-            renew,
-            retry,
-        } = self.timings(None);
-        fencing_core::backend::check_leader_timings(lease, renew, retry)
+        self.timings.check()
     }
 
     /// The timings for one grant. A TTL given with the acquire replaces the
     /// lease duration; if the configured renew deadline and retry period do
     /// not fit under it, both are scaled with client-go's proportions
-    /// (15 : 10 : 2) so the grant still follows the rule of [`Self::check`].
-    pub(crate) fn timings(&self, ttl: Option<Duration>) -> Timings {
-        let lease = ttl.map_or(self.lease_duration, whole_seconds);
-        let fits = fencing_core::backend::check_leader_timings(
-            lease,
-            self.renew_deadline,
-            self.retry_period,
-        )
-        .is_ok();
-        if ttl.is_none() || fits {
-            Timings {
-                lease,
-                renew: self.renew_deadline,
-                retry: self.retry_period,
-            }
+    /// ([`LeaderTimings::scaled_to`]) so the grant still follows the rule.
+    pub(crate) fn grant_timings(&self, ttl: Option<Duration>) -> LeaderTimings {
+        let Some(ttl) = ttl else {
+            return self.timings;
+        };
+        let given = self.timings.lease_duration(whole_seconds(ttl));
+        if given.check().is_ok() {
+            given
         } else {
-            Timings {
-                lease,
-                renew: lease * 2 / 3,
-                retry: lease * 2 / 15,
-            }
+            LeaderTimings::scaled_to(given.lease_duration)
         }
     }
 }
 
-/// The three durations one grant runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Timings {
-    pub(crate) lease: Duration,
-    pub(crate) renew: Duration,
-    pub(crate) retry: Duration,
-}
-
-impl Timings {
-    pub(crate) fn lease_seconds(&self) -> i32 {
-        i32::try_from(self.lease.as_secs()).unwrap_or(i32::MAX)
-    }
+/// `leaseDurationSeconds` of a Lease written with these timings.
+pub(crate) fn lease_seconds(timings: &LeaderTimings) -> i32 {
+    i32::try_from(timings.lease_duration.as_secs()).unwrap_or(i32::MAX)
 }
 
 /// Where the Leases live and how to reach the apiserver.
@@ -168,7 +152,7 @@ impl Timings {
 ///
 /// let cfg = KubeConfig::from_url("kube://team-a?kubeconfig=/etc/kube/admin.conf&ttl=6&renew_deadline=4&retry_period=1")?;
 /// assert_eq!(cfg.namespace, "team-a");
-/// assert_eq!(cfg.options.lease_duration, Duration::from_secs(6));
+/// assert_eq!(cfg.options.timings.lease_duration, Duration::from_secs(6));
 /// assert!(KubeConfig::from_url("kube://?kubeconfig=/x").is_err()); // no namespace
 /// # Ok::<(), fencing_core::Error>(())
 /// ```
@@ -264,9 +248,9 @@ impl KubeConfig {
             "kubeconfig" => self.kubeconfig = Some(text("kubeconfig")?.into()),
             "context" => self.context = Some(text("context")?),
             "cluster" => o.cluster = Some(text("cluster")?),
-            "ttl" => o.lease_duration = whole_seconds(secs("ttl")?),
-            "renew_deadline" => o.renew_deadline = secs("renew_deadline")?,
-            "retry_period" => o.retry_period = secs("retry_period")?,
+            "ttl" => o.timings.lease_duration = whole_seconds(secs("ttl")?),
+            "renew_deadline" => o.timings.renew_deadline = secs("renew_deadline")?,
+            "retry_period" => o.timings.retry_period = secs("retry_period")?,
             "timeout" => o.request_timeout = secs("timeout")?,
             other => {
                 return Err(format!(
@@ -306,9 +290,10 @@ mod tests {
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/k/conf")));
         assert_eq!(c.context.as_deref(), Some("ctx"));
         assert_eq!(c.options.cluster.as_deref(), Some("prod"));
-        assert_eq!(c.options.lease_duration, Duration::from_secs(6));
-        assert_eq!(c.options.renew_deadline, Duration::from_secs(4));
-        assert_eq!(c.options.retry_period, Duration::from_millis(500));
+        let t = c.options.timings;
+        assert_eq!(t.lease_duration, Duration::from_secs(6));
+        assert_eq!(t.renew_deadline, Duration::from_secs(4));
+        assert_eq!(t.retry_period, Duration::from_millis(500));
         assert_eq!(c.options.request_timeout, Duration::from_secs(2));
         let d = KubeConfig::from_url("KUBE://default").unwrap();
         assert_eq!(d.options, LeaseOptions::default());
@@ -343,16 +328,15 @@ mod tests {
     #[test]
     fn a_short_ttl_scales_the_other_timings() {
         let o = LeaseOptions::default();
-        let t = o.timings(Some(Duration::from_secs(3)));
-        assert_eq!(t.lease, Duration::from_secs(3));
-        assert_eq!(t.renew, Duration::from_secs(2));
-        assert_eq!(t.retry, Duration::from_millis(400));
-        let t = o.timings(Some(Duration::from_millis(20_500)));
+        let t = o.grant_timings(Some(Duration::from_secs(3)));
+        assert_eq!(t, LeaderTimings::scaled_to(Duration::from_secs(3)));
+        assert_eq!(t.retry_period, Duration::from_millis(400));
+        let t = o.grant_timings(Some(Duration::from_millis(20_500)));
         assert_eq!(
-            (t.lease, t.renew),
-            (Duration::from_secs(21), o.renew_deadline)
+            (t.lease_duration, t.renew_deadline),
+            (Duration::from_secs(21), o.timings.renew_deadline)
         );
-        assert_eq!(o.timings(None).lease, DEFAULT_LEASE_DURATION);
+        assert_eq!(o.grant_timings(None).lease_duration, DEFAULT_LEASE_DURATION);
     }
 
     proptest! {
@@ -369,17 +353,16 @@ mod tests {
         ) {
             let url = format!("kube://ns?ttl={ttl}&renew_deadline={renew}&retry_period={retry}");
             if let Ok(c) = KubeConfig::from_url(&url) {
-                let o = c.options;
-                prop_assert!(o.lease_duration > o.renew_deadline);
-                prop_assert!(o.renew_deadline.as_secs_f64() > 1.2 * o.retry_period.as_secs_f64());
+                let t = c.options.timings;
+                prop_assert!(t.lease_duration > t.renew_deadline);
+                prop_assert!(t.renew_deadline.as_secs_f64() > 1.2 * t.retry_period.as_secs_f64());
             }
         }
 
         #[test]
         fn scaled_timings_always_satisfy_the_rule(ttl_ms in 1u64..100_000) {
-            let t = LeaseOptions::default().timings(Some(Duration::from_millis(ttl_ms)));
-            prop_assert!(t.lease > t.renew);
-            prop_assert!(t.renew.as_secs_f64() > 1.2 * t.retry.as_secs_f64());
+            let t = LeaseOptions::default().grant_timings(Some(Duration::from_millis(ttl_ms)));
+            prop_assert!(t.check().is_ok(), "{:?}", t);
         }
     }
 }

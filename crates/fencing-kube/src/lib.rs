@@ -61,7 +61,7 @@ mod session;
 mod source;
 
 pub use config::{
-    KubeConfig, LeaseOptions, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
+    KubeConfig, LeaderTimings, LeaseOptions, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_PERIOD,
 };
 pub use record::TOKEN_ANNOTATION;

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Leases;
-use crate::config::Timings;
 use crate::error::Failure;
 use crate::record::{released_lease, renewed_lease, GrantKey, LeaseView};
+use fencing_core::LeaderTimings;
 
 /// What the holder knows of its grant.
 pub(crate) struct Held {
@@ -53,12 +53,12 @@ impl KubeGrant {
         leases: Leases,
         held: Held,
         tracker: LeaseTracker,
-        timings: Timings,
+        timings: LeaderTimings,
     ) -> Self {
         let state = Arc::new(AsyncMutex::new(held));
         let stop = CancellationToken::new();
         // A renewal that cannot finish within the renew deadline is of no use.
-        let renewals = leases.with_limit(timings.renew.min(leases.limit()));
+        let renewals = leases.with_limit(timings.renew_deadline.min(leases.limit()));
         let task = tokio::spawn(renew_loop(
             renewals,
             state.clone(),
@@ -127,14 +127,14 @@ async fn renew_loop(
     leases: Leases,
     state: Arc<AsyncMutex<Held>>,
     tracker: LeaseTracker,
-    timings: Timings,
+    timings: LeaderTimings,
     stop: CancellationToken,
 ) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tracker.lost() => return,
-            _ = tokio::time::sleep(timings.retry) => {}
+            _ = tokio::time::sleep(timings.retry_period) => {}
         }
         let mut held = state.lock().await;
         if stop.is_cancelled() {
@@ -143,7 +143,7 @@ async fn renew_loop(
         let sent = Instant::now();
         match renew_once(&leases, &mut held).await {
             Ok(()) => {
-                if !tracker.renewed(sent, timings.renew) {
+                if !tracker.renewed(sent, timings.renew_deadline) {
                     return;
                 }
             }

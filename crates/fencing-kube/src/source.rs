@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
 
 use crate::client::{client_config, Leases};
-use crate::config::{KubeConfig, LeaseOptions, Timings};
+use crate::config::{lease_seconds, KubeConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
@@ -22,6 +22,7 @@ use crate::record::{
     LeaseView, Observed,
 };
 use crate::session::{Held, KubeGrant};
+use fencing_core::LeaderTimings;
 
 /// A [`FencingSource`] whose locks are Kubernetes Leases, compatible with
 /// client-go's `leaderelection` with a `LeaseLock`.
@@ -170,7 +171,7 @@ impl KubeLeaseSource {
         wait: bool,
     ) -> Result<Option<Grant>> {
         let name = lease_name(resource)?;
-        let timings = self.inner.options.timings(opts.ttl);
+        let timings = self.inner.options.grant_timings(opts.ttl);
         let holder = opts.holder.as_deref().unwrap_or(&self.inner.holder);
         if holder.is_empty() {
             return Err(Error::Config(
@@ -197,7 +198,7 @@ impl KubeLeaseSource {
                 }
                 Err(e) => return Err(e),
             }
-            tokio::time::sleep(timings.retry).await;
+            tokio::time::sleep(timings.retry_period).await;
         }
     }
 
@@ -208,7 +209,7 @@ impl KubeLeaseSource {
         resource: &ResourceName,
         name: &str,
         holder: &str,
-        timings: Timings,
+        timings: LeaderTimings,
         read_before: bool,
     ) -> Result<Option<Grant>> {
         let leases = &self.inner.leases;
@@ -234,14 +235,14 @@ impl KubeLeaseSource {
         let written = match (decide(view.as_ref(), observed_at, now)?, read) {
             (Decision::Held { .. }, _) => return Ok(None),
             (Decision::Create, _) => {
-                let lease = new_lease(name, holder, timings.lease_seconds(), SystemTime::now());
+                let lease = new_lease(name, holder, lease_seconds(&timings), SystemTime::now());
                 leases.create(&lease).await
             }
             (Decision::Take { transitions }, Some(read)) => {
                 let lease = taken_lease(
                     read,
                     holder,
-                    timings.lease_seconds(),
+                    lease_seconds(&timings),
                     transitions,
                     SystemTime::now(),
                 );
@@ -272,7 +273,7 @@ impl KubeLeaseSource {
         lease: Lease,
         holder: &str,
         sent: Instant,
-        timings: Timings,
+        timings: LeaderTimings,
     ) -> Result<Grant> {
         let view = LeaseView::of(&lease);
         let token = match parse_rv(&view.rv) {
@@ -300,11 +301,11 @@ impl KubeLeaseSource {
             holder: holder.to_owned(),
             source: self.inner.identity.clone(),
             key: key.encode(),
-            ttl: timings.lease,
-            renew_interval: timings.retry,
+            ttl: timings.lease_duration,
+            renew_interval: timings.retry_period,
         };
         tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
-        let tracker = LeaseTracker::new(sent, timings.renew);
+        let tracker = LeaseTracker::new(sent, timings.renew_deadline);
         let held = Held { lease, key, token };
         let backend = KubeGrant::start(self.inner.leases.clone(), held, tracker.clone(), timings);
         Ok(Grant::new(info, tracker, Box::new(backend)))

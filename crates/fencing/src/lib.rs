@@ -39,9 +39,9 @@ pub use fencing_core as core;
 
 pub use fencing_core::{
     default_holder_identity, fenced, AcquireOptions, BoxError, Error, FencingSource, FencingToken,
-    Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaseView, LossReason, Mark, MemoryGate,
-    ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN, PORTABLE_RULE,
+    Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaderTimings, LeaseView, LossReason, Mark,
+    MemoryGate, ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN, PORTABLE_RULE,
 };
 /// The file-backed parts; feature `local` (on by default).
 #[cfg(feature = "local")]
