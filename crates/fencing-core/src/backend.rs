@@ -7,6 +7,7 @@
 pub use crate::error::connect_failure;
 pub use crate::gate::{check_source, check_token, next_mark};
 pub use crate::grant::{release_until_lost, GrantBackend};
+pub use crate::jitter::{jittered, JITTER_FACTOR};
 pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use crate::redact::{redact_credentials, redact_secrets, REDACTED};
 pub use crate::settings::{is_host_port, positive_seconds};

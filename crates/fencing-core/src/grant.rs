@@ -92,7 +92,7 @@ where
                 tracing::info!(what, %reason, "release left to lease expiry");
                 return Ok(());
             }
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(crate::jitter::jittered(pause, 0.5)) => {}
         }
         pause = (pause * 2).min(Duration::from_secs(1));
     }

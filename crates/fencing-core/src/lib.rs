@@ -42,6 +42,7 @@ mod error;
 mod fenced;
 mod gate;
 mod grant;
+mod jitter;
 mod lease;
 #[cfg(feature = "local")]
 mod local;

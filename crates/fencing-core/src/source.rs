@@ -246,7 +246,7 @@ where
         let n = requeued.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(error = %reason, requeued = n, "acquire interrupted while waiting; queueing again");
         // A moment for the cluster or the connection to settle.
-        tokio::time::sleep(REQUEUE_PAUSE).await;
+        tokio::time::sleep(crate::jitter::jittered(REQUEUE_PAUSE, 1.0)).await;
     }
 }
 

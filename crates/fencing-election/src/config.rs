@@ -40,7 +40,9 @@ pub struct ElectionConfig {
     ///   between two renewals; `campaign` refuses with [`Error::Config`]
     ///   below 1.2 x the interval of the TTL actually granted.
     /// - `retry_period`: how often an [`Observer`](crate::Observer) asks for
-    ///   the current leader, and the pause before a candidate retries.
+    ///   the current leader, and the pause before a candidate retries after
+    ///   a failed attempt, plus a random extra of up to 1.2 times it
+    ///   (client-go's `JitterFactor`), so candidates do not retry in step.
     pub timings: LeaderTimings,
 }
 

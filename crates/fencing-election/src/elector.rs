@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use fencing_core::backend::{jittered, JITTER_FACTOR};
 use fencing_core::{AcquireOptions, Error, FencingSource, GrantInfo, ResourceName, Result};
 
 use crate::config::ElectionConfig;
@@ -118,7 +119,7 @@ impl LeaderElector {
                 retry_in = ?self.config.timings.retry_period,
                 "campaign attempt failed"
             );
-            tokio::time::sleep(self.config.timings.retry_period).await;
+            tokio::time::sleep(jittered(self.config.timings.retry_period, JITTER_FACTOR)).await;
         }
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
+use fencing_core::backend::jittered;
 use fencing_core::{Error, Result};
 
 use crate::config::EtcdConfig;
@@ -102,7 +103,7 @@ impl Conn {
                 {
                     tracing::debug!(what, error = ?e, "transient etcd error; retrying");
                     unreachable = connect_problem(&e);
-                    tokio::time::sleep(pause).await;
+                    tokio::time::sleep(jittered(pause, 0.5)).await;
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
                 Ok(Err(e)) => return Err(map_err(&self.endpoints, self.timeout, what, e)),
@@ -142,7 +143,7 @@ impl Conn {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(what, error = ?e, "no connection for a write; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(jittered(Duration::from_millis(50), 0.5)).await;
                 }
                 Ok(Err(e)) if is_transient(&e) => {
                     return Err(unknown(format!("the connection failed after sending: {e}")))

@@ -20,6 +20,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
+use fencing_core::backend::jittered;
 use fencing_core::{Error, ResourceName, Result};
 
 use crate::conn::Conn;
@@ -167,7 +168,7 @@ pub(crate) async fn wait_for_predecessors(
                 // A watch the server cancelled (compaction) is not fatal:
                 // look again; the caller's timeout bounds the whole wait.
                 tracing::debug!(error = %e, "watch on predecessor ended; re-checking");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(jittered(Duration::from_millis(100), 1.0)).await;
             }
         }
     }

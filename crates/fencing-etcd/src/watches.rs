@@ -434,6 +434,6 @@ async fn still_ours(conn: Conn, key: Vec<u8>, rev: i64, lease: LeaseTracker) -> 
             Ok(_) => return Check::Gone,
             Err(e) => tracing::debug!(error = %e, "re-reading a held lock key failed"),
         }
-        tokio::time::sleep(RETRY_PAUSE).await;
+        tokio::time::sleep(fencing_core::backend::jittered(RETRY_PAUSE, 1.0)).await;
     }
 }

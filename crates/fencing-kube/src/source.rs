@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use fencing_core::backend::{ensure_same_source, LeaseTracker};
+use fencing_core::backend::{ensure_same_source, jittered, LeaseTracker, JITTER_FACTOR};
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, FencingSource, Grant, GrantInfo, HolderInfo,
-    IfHeld, ResourceName, Result, SourceId,
+    IfHeld, LeaderTimings, ResourceName, Result, SourceId,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
@@ -22,7 +22,6 @@ use crate::record::{
     LeaseView, Observed,
 };
 use crate::session::{Held, KubeGrant};
-use fencing_core::LeaderTimings;
 
 /// A [`FencingSource`] whose locks are Kubernetes Leases, compatible with
 /// client-go's `leaderelection` with a `LeaseLock`.
@@ -198,7 +197,8 @@ impl KubeLeaseSource {
                 }
                 Err(e) => return Err(e),
             }
-            tokio::time::sleep(timings.retry_period).await;
+            // client-go's acquire loop: JitterUntil(RetryPeriod, JitterFactor).
+            tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
         }
     }
 

@@ -266,7 +266,8 @@ impl FencingSource for LocalSource {
                 Ok(grant) => return Ok(Some(grant)),
                 Err(_) if if_held == IfHeld::GiveUp => return Ok(None),
                 Err(remaining) => {
-                    tokio::time::sleep(poll.min(remaining + Duration::from_millis(1))).await;
+                    let pause = crate::jitter::jittered(poll, 0.5);
+                    tokio::time::sleep(pause.min(remaining + Duration::from_millis(1))).await;
                     poll = (poll * 2).min(MAX_POLL);
                 }
             }
