@@ -3,11 +3,13 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fencing_core::backend::{jittered, JITTER_FACTOR};
 use fencing_core::{AcquireOptions, Error, FencingSource, GrantInfo, ResourceName, Result};
 
 use crate::config::ElectionConfig;
+use crate::health::{CurrentTerm, LeaderHealth};
 use crate::observer::Observer;
 use crate::term::{LeaderContext, Leadership};
 
@@ -43,6 +45,7 @@ pub struct LeaderElector {
     source: Arc<dyn FencingSource>,
     election: ResourceName,
     config: ElectionConfig,
+    current: CurrentTerm,
 }
 
 impl LeaderElector {
@@ -58,6 +61,7 @@ impl LeaderElector {
             source,
             election,
             config,
+            current: CurrentTerm::default(),
         })
     }
 
@@ -96,7 +100,8 @@ impl LeaderElector {
                         let _ = grant.release().await;
                         return Err(e);
                     }
-                    let leadership = Leadership::new(grant, self.config.timings.renew_deadline);
+                    let leadership = Leadership::new(grant, self.config.timings.renew_deadline)
+                        .held_in(&self.current);
                     // A grant that took longer than the renew deadline to
                     // come back is no leadership: drop it and try again.
                     if leadership.is_leader() {
@@ -143,6 +148,18 @@ impl LeaderElector {
             self.config.timings.lease_duration,
             self.config.timings.renew_deadline
         )))
+    }
+
+    /// A health check for a liveness probe: unhealthy while this candidate
+    /// (or a clone) holds a term whose lease was last renewed more than its
+    /// TTL plus `tolerance` ago (client-go's
+    /// `Check(maxTolerableExpiredLease)`); see [`LeaderHealth`].
+    #[must_use]
+    pub fn health(&self, tolerance: Duration) -> LeaderHealth {
+        LeaderHealth {
+            current: self.current.clone(),
+            tolerance,
+        }
     }
 
     /// The current leader and every change, for followers. Polls the source

@@ -37,6 +37,7 @@
 
 mod config;
 mod elector;
+mod health;
 mod observer;
 mod term;
 
@@ -45,5 +46,6 @@ pub use config::{
     DEFAULT_RETRY_PERIOD,
 };
 pub use elector::LeaderElector;
+pub use health::LeaderHealth;
 pub use observer::{Leader, Observer};
 pub use term::{LeaderContext, Leadership};

@@ -8,6 +8,8 @@ use fencing_core::backend::LeaseTracker;
 use fencing_core::{FencingToken, Grant, LossReason, ResourceName, Result};
 use tokio::time::Instant;
 
+use crate::health::{CurrentTerm, HeldTerm};
+
 /// The loss rule shared by a [`Leadership`] and its [`LeaderContext`]s.
 ///
 /// Leadership may be lost as soon as either
@@ -23,12 +25,14 @@ use tokio::time::Instant;
 /// Loss is sticky: once either rule fired, the grant's tracker is marked lost
 /// with the reason, so a renewal arriving later does not revive the term.
 #[derive(Debug)]
-struct Term {
-    tracker: LeaseTracker,
+pub(crate) struct Term {
+    pub(crate) tracker: LeaseTracker,
     renew_deadline: Duration,
-    token: FencingToken,
+    /// The grant's TTL, as granted.
+    pub(crate) ttl: Duration,
+    pub(crate) token: FencingToken,
     identity: Arc<str>,
-    election: ResourceName,
+    pub(crate) election: ResourceName,
 }
 
 impl Term {
@@ -83,6 +87,8 @@ impl Term {
 pub struct Leadership {
     grant: Grant,
     term: Arc<Term>,
+    /// Keeps the term visible to [`LeaderHealth`](crate::LeaderHealth).
+    _held: Option<HeldTerm>,
 }
 
 impl Leadership {
@@ -90,11 +96,22 @@ impl Leadership {
         let term = Arc::new(Term {
             tracker: fencing_core::backend::tracker(&grant).clone(),
             renew_deadline,
+            ttl: grant.ttl(),
             token: grant.token(),
             identity: grant.holder().into(),
             election: grant.resource().clone(),
         });
-        Leadership { grant, term }
+        Leadership {
+            grant,
+            term,
+            _held: None,
+        }
+    }
+
+    /// Marks this term as the one `current` holds, until it ends.
+    pub(crate) fn held_in(mut self, current: &CurrentTerm) -> Self {
+        self._held = Some(current.hold(&self.term));
+        self
     }
 
     /// This term's fencing token.
@@ -207,6 +224,7 @@ mod tests {
         Term {
             tracker: LeaseTracker::new(Instant::now(), ttl),
             renew_deadline,
+            ttl,
             token: FencingToken::new(7),
             identity: "a".into(),
             election: ResourceName::new("e").unwrap(),

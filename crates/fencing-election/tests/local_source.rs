@@ -298,3 +298,46 @@ fn elector_futures_are_send() {
     let mut o = e.observe();
     send(o.next());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_fails_only_while_a_held_term_is_overdue() {
+    let (_dir, sa, _sb) = two_sources();
+    let a = elector(&sa, short("a"));
+    // A clone's handle sees the terms of every clone.
+    let health = a.clone().health(Duration::from_millis(200));
+    health.check().expect("not leading is healthy");
+
+    let leadership = a.campaign().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    health
+        .check()
+        .expect("a leader whose lease renews is healthy");
+
+    // The election loop "hangs": nothing renews, nobody drops the term.
+    sa.pause_renewals(true);
+    let stalled = Instant::now();
+    health.check().expect("not overdue yet");
+    let error = loop {
+        match health.check() {
+            Err(e) => break e,
+            Ok(()) if stalled.elapsed() < PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(()) => panic!("a held term overdue by {PATIENCE:?} still counts as healthy"),
+        }
+    };
+    // Not before TTL (1 s) + tolerance after the last renewal, which was
+    // at most a renewal interval (1/3 s) before the stall.
+    assert!(
+        stalled.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        stalled.elapsed()
+    );
+    let Error::Lost { reason, .. } = &error else {
+        panic!("expected Lost, got {error:?}")
+    };
+    assert!(reason.contains("stuck"), "{reason}");
+
+    drop(leadership);
+    health.check().expect("a term given up is healthy again");
+}
