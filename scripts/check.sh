@@ -57,6 +57,10 @@ done
 echo "== fencing without local: unit tests"
 cargo test --locked -q -p fencing --no-default-features --lib
 
+# The metrics, with a recording exporter.
+echo "== fencing-election with metrics"
+cargo test --locked -q -p fencing-election --features metrics --test metrics
+
 # Two rustls providers linked (ring and ZooKeeper's aws-lc-rs): a TLS
 # connection before the application installed one is a typed error.
 echo "== fencing with ring + zookeeper + kube: no provider installed by the library"

@@ -61,6 +61,22 @@ pub enum LossReason {
     Released,
 }
 
+impl LossReason {
+    /// A short snake-case name, for metric labels and logs
+    /// (`"expired_locally"`, `"session_expired"`, ...).
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::ExpiredLocally => "expired_locally",
+            LossReason::RenewDeadlinePassed => "renew_deadline_passed",
+            LossReason::SessionExpired => "session_expired",
+            LossReason::DeletedAtServer => "deleted_at_server",
+            LossReason::Superseded => "superseded",
+            LossReason::Released => "released",
+        }
+    }
+}
+
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -142,6 +158,7 @@ impl LeaseTracker {
         if slot.is_none() {
             *slot = Some(reason);
             tracing::debug!(%reason, detail, "grant marked lost");
+            crate::metrics::grant_lost(reason);
         }
         drop(slot);
         self.inner.lost.cancel();

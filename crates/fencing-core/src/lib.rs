@@ -46,6 +46,7 @@ mod jitter;
 mod lease;
 #[cfg(feature = "local")]
 mod local;
+pub mod metrics;
 mod redact;
 mod resource;
 mod settings;

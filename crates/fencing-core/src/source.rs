@@ -140,7 +140,10 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
             self.take(resource, options, IfHeld::Wait)
         });
-        with_timeout(options.timeout, operation, waiting).await
+        let started = tokio::time::Instant::now();
+        let result = with_timeout(options.timeout, operation, waiting).await;
+        crate::metrics::acquire_finished(started.elapsed(), result.is_ok());
+        result
     }
 
     /// Takes the resource if it is free now; `Ok(None)` when someone holds it.

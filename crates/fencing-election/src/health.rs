@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use crate::term::Term;
 
 /// The term a candidate holds now, shared by its clones and its
-/// [`LeaderHealth`] handles.
+/// [`LeaderHealth`] handles; it also drives the `fencing_leader_status`
+/// gauge (feature `metrics`).
 #[derive(Clone, Default)]
 pub(crate) struct CurrentTerm(Arc<Mutex<Option<Arc<Term>>>>);
 
@@ -18,6 +19,7 @@ impl CurrentTerm {
     /// Records `term` as held until the returned guard is dropped.
     pub(crate) fn hold(&self, term: &Arc<Term>) -> HeldTerm {
         *self.lock() = Some(term.clone());
+        fencing_core::metrics::leader_status(term.election.as_str(), true);
         HeldTerm {
             current: self.clone(),
             term: term.clone(),
@@ -49,6 +51,7 @@ impl Drop for HeldTerm {
         let mut slot = self.current.lock();
         if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &self.term)) {
             *slot = None;
+            fencing_core::metrics::leader_status(self.term.election.as_str(), false);
         }
     }
 }

@@ -158,10 +158,14 @@ fn report(token: FencingToken, updated: i64, found: i64, current: Option<i64>) -
         return Ok(0);
     }
     match current {
-        Some(fence) if fence > i64::try_from(token)? => Err(Error::Stale {
-            presented: token,
-            highest: FencingToken::try_from(fence)?,
-        }),
+        Some(fence) if fence > i64::try_from(token)? => {
+            let stale = Error::Stale {
+                presented: token,
+                highest: FencingToken::try_from(fence)?,
+            };
+            fencing_core::metrics::gate_refused(&stale);
+            Err(stale)
+        }
         // The locked row admitted the token, yet nothing was written: the
         // key is not unique, or something other than the fence held the
         // UPDATE back. Never a silent success.

@@ -120,7 +120,7 @@ pub struct Mark {
 /// `Ok(false)` is a retry at the mark, and a lower token is stale.
 pub fn check_token(mark: Option<FencingToken>, presented: FencingToken) -> Result<bool> {
     match mark {
-        Some(highest) if presented < highest => Err(Error::Stale { presented, highest }),
+        Some(highest) if presented < highest => Err(refused(Error::Stale { presented, highest })),
         Some(highest) => Ok(presented > highest),
         None => Ok(true),
     }
@@ -138,15 +138,21 @@ pub fn check_source(
     match (bound, presented) {
         (None, _) => Ok(()),
         (Some(b), Some(p)) if b == p => Ok(()),
-        (Some(b), Some(p)) => Err(Error::ForeignSource {
+        (Some(b), Some(p)) => Err(refused(Error::ForeignSource {
             expected: b.to_string(),
             presented: p.to_string(),
-        }),
-        (Some(b), None) => Err(Error::UnnamedSource {
+        })),
+        (Some(b), None) => Err(refused(Error::UnnamedSource {
             resource: resource.to_string(),
             expected: b.to_string(),
-        }),
+        })),
     }
+}
+
+/// Counts a refusal in the metrics and passes it on.
+pub(crate) fn refused(error: Error) -> Error {
+    crate::metrics::gate_refused(&error);
+    error
 }
 
 /// Both rules at once: the mark to store after admitting `token` (from

@@ -100,10 +100,10 @@ impl<G: Gate> ValidatingGate<G> {
             holder_token = ?holder.map(|h| h.token),
             "refused to raise a mark to a token no live grant carries"
         );
-        Err(Error::UnknownToken {
+        Err(super::refused(Error::UnknownToken {
             resource: resource.to_string(),
             token,
-        })
+        }))
     }
 }
 
