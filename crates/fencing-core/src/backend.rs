@@ -23,3 +23,16 @@ use crate::grant::Grant;
 pub fn tracker(grant: &Grant) -> &LeaseTracker {
     grant.tracker()
 }
+
+/// Refuses [`AcquireOptions::lock_delay`](crate::AcquireOptions::lock_delay)
+/// on a backend that cannot honour it, with an [`Error::Config`] saying why.
+pub fn refuse_lock_delay(options: &crate::AcquireOptions, backend: &str) -> crate::Result<()> {
+    match options.lock_delay {
+        None => Ok(()),
+        Some(_) => Err(crate::Error::Config(format!(
+            "lock_delay is not supported on {backend}: the lock vanishes with its holder's \
+             lease or session, so a newcomer cannot tell an expiry from a release; fence the \
+             storage with the token instead"
+        ))),
+    }
+}

@@ -48,6 +48,20 @@ pub struct AcquireOptions {
     /// Holder identity shown by [`FencingSource::holder`]; `None` takes the
     /// source's own (host name, process id and a random suffix).
     pub holder: Option<String>,
+    /// Lock-delay (Chubby's, Consul's): after a holder was lost uncleanly
+    /// (its lease ran out; it did not release), the lock is not granted
+    /// again until this much longer has passed, so that writes the lost
+    /// holder still had in flight land first. For storage that cannot
+    /// check tokens; a gate is the real fix, as a holder paused for longer
+    /// than the delay still writes late. Every candidate of the resource
+    /// must ask for the same delay.
+    ///
+    /// Supported by the local and Kubernetes sources, whose lock records
+    /// outlive their holder and tell a release from an expiry. etcd and
+    /// ZooKeeper refuse it with [`Error::Config`]: the lock key or node
+    /// vanishes with its holder's lease or session, so a newcomer cannot
+    /// tell an expiry from a release.
+    pub lock_delay: Option<Duration>,
 }
 
 impl AcquireOptions {
@@ -68,6 +82,13 @@ impl AcquireOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the lock-delay (see [`AcquireOptions::lock_delay`]).
+    #[must_use]
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
         self
     }
 

@@ -219,6 +219,7 @@ impl EtcdSource {
         wait: bool,
     ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
+        fencing_core::backend::refuse_lock_delay(opts, "etcd")?;
         let ttl = opts
             .ttl
             .map_or(self.inner.cfg.ttl, |t| self.inner.cfg.clone().ttl(t).ttl);

@@ -161,16 +161,18 @@ pub(crate) enum Decision {
 }
 
 /// The decision for a candidate at `now` that last saw the Lease change at
-/// `observed_at`.
+/// `observed_at`. A Lease that ran out with a holder still named (never
+/// released) stays held for `lock_delay` longer.
 pub(crate) fn decide(
     current: Option<&LeaseView>,
     observed_at: Instant,
     now: Instant,
+    lock_delay: Duration,
 ) -> Result<Decision> {
     let Some(lease) = current else {
         return Ok(Decision::Create);
     };
-    let until = observed_at + lease.duration;
+    let until = observed_at + lease.duration + lock_delay;
     if lease.holder.is_empty() || now > until {
         // client-go counts only changes of holder; we count every grant so
         // that two grants of one identity are told apart by validate.
@@ -322,24 +324,60 @@ mod tests {
     #[test]
     fn absent_free_and_expired_leases_can_be_taken() {
         let t0 = Instant::now();
-        assert_eq!(decide(None, t0, t0).unwrap(), Decision::Create);
         assert_eq!(
-            decide(Some(&view("", 15, 4)), t0, t0).unwrap(),
+            decide(None, t0, t0, Duration::ZERO).unwrap(),
+            Decision::Create
+        );
+        assert_eq!(
+            decide(Some(&view("", 15, 4)), t0, t0, Duration::ZERO).unwrap(),
             Decision::Take { transitions: 5 }
         );
         let held = view("other", 15, 4);
         assert_eq!(
-            decide(Some(&held), t0, t0 + Duration::from_secs(15)).unwrap(),
+            decide(
+                Some(&held),
+                t0,
+                t0 + Duration::from_secs(15),
+                Duration::ZERO
+            )
+            .unwrap(),
             Decision::Held {
                 holder: "other".into(),
                 until: t0 + Duration::from_secs(15)
             }
         );
         assert_eq!(
-            decide(Some(&held), t0, t0 + Duration::from_millis(15_001)).unwrap(),
+            decide(
+                Some(&held),
+                t0,
+                t0 + Duration::from_millis(15_001),
+                Duration::ZERO
+            )
+            .unwrap(),
             Decision::Take { transitions: 5 }
         );
-        assert!(decide(Some(&view("", 0, i32::MAX)), t0, t0).is_err());
+        assert!(decide(Some(&view("", 0, i32::MAX)), t0, t0, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn lock_delay_holds_an_expired_lease_but_not_a_released_one() {
+        let t0 = Instant::now();
+        let delay = Duration::from_secs(5);
+        let held = view("other", 15, 4);
+        let at = |secs| t0 + Duration::from_secs(secs);
+        assert!(matches!(
+            decide(Some(&held), t0, at(19), delay).unwrap(),
+            Decision::Held { until, .. } if until == at(20)
+        ));
+        assert_eq!(
+            decide(Some(&held), t0, at(21), delay).unwrap(),
+            Decision::Take { transitions: 5 }
+        );
+        // Released (holder empty): no delay.
+        assert_eq!(
+            decide(Some(&view("", 15, 4)), t0, t0, delay).unwrap(),
+            Decision::Take { transitions: 5 }
+        );
     }
 
     #[test]
@@ -354,11 +392,23 @@ mod tests {
         // A renewing holder keeps its lease: each change restarts the wait.
         let held = view("h", 15, 1);
         assert!(matches!(
-            decide(Some(&held), moved.at, t0 + Duration::from_secs(30)).unwrap(),
+            decide(
+                Some(&held),
+                moved.at,
+                t0 + Duration::from_secs(30),
+                Duration::ZERO
+            )
+            .unwrap(),
             Decision::Held { .. }
         ));
         assert!(matches!(
-            decide(Some(&held), same.at, t0 + Duration::from_secs(30)).unwrap(),
+            decide(
+                Some(&held),
+                same.at,
+                t0 + Duration::from_secs(30),
+                Duration::ZERO
+            )
+            .unwrap(),
             Decision::Take { .. }
         ));
     }

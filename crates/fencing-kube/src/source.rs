@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use fencing_core::backend::{ensure_same_source, jittered, LeaseTracker, JITTER_FACTOR};
@@ -182,7 +182,14 @@ impl KubeLeaseSource {
         let mut read_before = false;
         loop {
             match self
-                .attempt(resource, name, holder, timings, read_before)
+                .attempt(
+                    resource,
+                    name,
+                    holder,
+                    timings,
+                    read_before,
+                    opts.lock_delay.unwrap_or_default(),
+                )
                 .await
             {
                 Ok(Some(grant)) => return Ok(Some(grant)),
@@ -211,6 +218,7 @@ impl KubeLeaseSource {
         holder: &str,
         timings: LeaderTimings,
         read_before: bool,
+        lock_delay: Duration,
     ) -> Result<Option<Grant>> {
         let leases = &self.inner.leases;
         let read = match leases.get(name).await {
@@ -232,7 +240,7 @@ impl KubeLeaseSource {
         let view = read.as_ref().map(LeaseView::of);
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
         let sent = Instant::now();
-        let written = match (decide(view.as_ref(), observed_at, now)?, read) {
+        let written = match (decide(view.as_ref(), observed_at, now, lock_delay)?, read) {
             (Decision::Held { .. }, _) => return Ok(None),
             (Decision::Create, _) => {
                 let lease = new_lease(name, holder, lease_seconds(&timings), SystemTime::now());

@@ -328,3 +328,50 @@ pub async fn lock_by_name(h: &dyn Harness) {
     assert!(gb.token() > first, "{} after {first}", gb.token());
     gb.release().await.expect("release");
 }
+
+/// Lock-delay: where the backend supports it, a lock whose holder's lease
+/// ran out is not granted again until the delay has passed, while a
+/// released lock is granted at once; where it does not, the option is
+/// refused with [`Error::Config`] before anything is queued.
+pub async fn lock_delay_follows_an_expiry_not_a_release(h: &dyn Harness) {
+    let r = h.resource("lock-delay");
+    let (a, b) = (h.client().await, h.client().await);
+    let delay = h.ttl() * 2;
+    let delayed = opts(h).lock_delay(delay);
+    match b.source.try_acquire(&r, &delayed).await {
+        Err(Error::Config(msg)) => {
+            assert!(msg.contains("lock_delay"), "{msg}");
+            let left = b.source.holder(&r).await.expect("holder");
+            assert!(left.is_none(), "a refused acquire left {left:?}");
+            return;
+        }
+        Ok(Some(g)) => g.release().await.expect("release"),
+        other => panic!("try_acquire of a free resource with a lock-delay: {other:?}"),
+    }
+
+    // Released: the next grant does not wait, however long the delay.
+    acquire(&a, h, &r).await.release().await.expect("release");
+    let long = opts(h).lock_delay(Duration::from_secs(3600));
+    let g = tokio::time::timeout(h.ttl() * 5, b.source.acquire(&r, &long))
+        .await
+        .expect("a released lock waited for the lock-delay")
+        .expect("acquire");
+    g.release().await.expect("release");
+
+    // Ran out: the next grant waits for the delay too. The lease ends at
+    // least 2/3 TTL after the stall (the last renewal came at most a
+    // renewal interval before it); without the delay the grant would come
+    // about one TTL after the stall, so half a TTL is a safe margin.
+    let ga = acquire(&a, h, &r).await;
+    a.stall().await;
+    let stalled = Instant::now();
+    let gb = b.source.acquire(&r, &delayed).await.expect("acquire");
+    let waited = stalled.elapsed();
+    assert!(
+        waited >= delay + h.ttl() / 2,
+        "granted {waited:?} after the holder stalled; TTL {:?}, lock-delay {delay:?}",
+        h.ttl()
+    );
+    assert!(gb.token() > ga.token());
+    gb.release().await.expect("release");
+}

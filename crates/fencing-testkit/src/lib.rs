@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             lost_fires_by_the_local_deadline,
             holder_and_try_acquire_respect_the_holder,
             lock_by_name,
+            lock_delay_follows_an_expiry_not_a_release,
         );
     };
     (@each $harness:path; $($check:ident),* $(,)?) => {

@@ -190,6 +190,7 @@ impl ZkSource {
         wait: bool,
     ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
+        fencing_core::backend::refuse_lock_delay(opts, "ZooKeeper")?;
         let session = self
             .session(opts.ttl.unwrap_or(self.inner.cfg.session_timeout))
             .await?;

@@ -148,11 +148,12 @@ impl LocalSource {
         resource: &ResourceName,
         ttl: Duration,
         holder: &str,
+        lock_delay: Duration,
     ) -> Result<std::result::Result<Grant, Duration>> {
         let sent = Instant::now();
         let (r, h) = (resource.clone(), holder.to_owned());
         let outcome = self
-            .blocking(move |s| s.lock()?.try_grant(&r, &h, ttl))
+            .blocking(move |s| s.lock()?.try_grant(&r, &h, ttl, lock_delay))
             .await?;
         match outcome {
             TryGrant::Held { remaining, .. } => Ok(Err(remaining)),
@@ -262,7 +263,8 @@ impl FencingSource for LocalSource {
         let (ttl, holder) = self.resolve(options)?;
         let mut poll = Duration::from_millis(2);
         loop {
-            match self.attempt(resource, ttl, &holder).await? {
+            let lock_delay = options.lock_delay.unwrap_or_default();
+            match self.attempt(resource, ttl, &holder, lock_delay).await? {
                 Ok(grant) => return Ok(Some(grant)),
                 Err(_) if if_held == IfHeld::GiveUp => return Ok(None),
                 Err(remaining) => {

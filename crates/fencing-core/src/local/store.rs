@@ -191,18 +191,28 @@ impl Locked<'_> {
             }))
     }
 
-    /// Takes the resource if no live lease holds it.
+    /// Takes the resource if no live lease holds it and, with a
+    /// `lock_delay`, no lease of this boot expired (unreleased) less than
+    /// that long ago.
     pub(crate) fn try_grant(
         &self,
         resource: &ResourceName,
         holder: &str,
         ttl: Duration,
+        lock_delay: Duration,
     ) -> Result<TryGrant> {
-        if let Some((_, remaining)) = self.holder(resource)? {
-            return Ok(TryGrant::Held { remaining });
+        let now = Clock::now();
+        if let Some(r) = self.read_lease(resource.as_str())? {
+            // A released lease is removed, so a record is a live holder or
+            // one that ran out; a record of an earlier boot delays nothing.
+            let free_at = r.expires_ns.saturating_add(lock_delay.as_nanos() as u64);
+            if r.boot_id == now.boot_id && now.ns < free_at {
+                return Ok(TryGrant::Held {
+                    remaining: Duration::from_nanos(free_at - now.ns),
+                });
+            }
         }
         let token = self.mint()?;
-        let now = Clock::now();
         let key = self.write_lease(&LeaseRecord {
             resource: resource.as_str().to_owned(),
             holder: holder.to_owned(),
@@ -286,14 +296,16 @@ mod tests {
         assert!(id.starts_with("local:"));
         let r = ResourceName::new("res").unwrap();
         let l = store.lock().unwrap();
-        let TryGrant::Granted { token, key } =
-            l.try_grant(&r, "me", Duration::from_secs(30)).unwrap()
+        let TryGrant::Granted { token, key } = l
+            .try_grant(&r, "me", Duration::from_secs(30), Duration::ZERO)
+            .unwrap()
         else {
             panic!("free resource not granted")
         };
         assert_eq!(token, FencingToken::new(1));
         assert!(matches!(
-            l.try_grant(&r, "you", Duration::from_secs(30)).unwrap(),
+            l.try_grant(&r, "you", Duration::from_secs(30), Duration::ZERO)
+                .unwrap(),
             TryGrant::Held { .. }
         ));
         assert_eq!(l.renew(&r, token, Duration::from_secs(30)).unwrap(), None);
