@@ -24,7 +24,11 @@ use fencing_core::{Error, Result};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ElectionConfig {
-    /// The candidate's name, shown to followers as the leader's identity.
+    /// The candidate's name, and the value it publishes while it leads:
+    /// followers read it as [`Leader::identity`](crate::Leader::identity)
+    /// (etcd's campaign value, client-go's holder identity). Put what
+    /// followers need in it, e.g. `"node-a http://10.0.0.5:8080"`; it is
+    /// fixed for the term (a new value takes a new term, with a new token).
     pub identity: String,
     /// The three timings (see [`LeaderTimings`]), used here as follows.
     ///

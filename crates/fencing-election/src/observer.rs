@@ -14,7 +14,8 @@ use tokio::time::{Instant, Sleep};
 /// Who leads, as a follower sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leader {
-    /// The leader's identity.
+    /// The value the leader published: its
+    /// [`ElectionConfig::identity`](crate::ElectionConfig::identity).
     pub identity: String,
     /// The token of the leader's term.
     pub token: FencingToken,
