@@ -11,8 +11,13 @@ fi
 
 # Each backend adds an installer here (cluster binaries, cached outside the
 # checkout in ${FENCING_CACHE:-$HOME/.cache/fencing}); they are idempotent.
+# Docker, etcd and ZooKeeper first: the Compose images are built from them.
 shopt -s nullglob
-for installer in scripts/install/*.sh; do
+ran=" "
+for installer in scripts/install/docker.sh scripts/install/etcd.sh \
+                 scripts/install/zookeeper.sh scripts/install/*.sh; do
+    [[ "$ran" == *" $installer "* ]] && continue
+    ran+="$installer "
     echo "== $installer"
     bash "$installer"
 done
@@ -24,6 +29,9 @@ cargo test --workspace --locked
 
 echo "== fence demo (the README's main job)"
 cargo run --locked -q -p fencing-cli --bin fence -- demo
+
+echo "== docker compose: the etcd and ZooKeeper services for real, faults through Docker"
+bash scripts/compose-test.sh
 
 # The benchmarks start helper processes (the holder binary) from the same
 # release directory, so build every integration binary first.

@@ -8,7 +8,8 @@
 #   - etcd $ETCD_VERSION of versions.env, built from the Go module
 #     go.etcd.io/etcd/server/v3 into
 #     ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/etcd-v$ETCD_VERSION (the build
-#     directory lives in the cache, never in the checkout).
+#     directory lives in the cache, never in the checkout), and its etcdctl
+#     (etcdctl-v$ETCD_VERSION beside it) for the Compose stand-in image.
 set -euo pipefail
 
 FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
@@ -17,6 +18,7 @@ BIN_DIR="$FENCING_CACHE/bin"
 . "$(dirname "$0")/../../versions.env"
 ETCD36_VERSION="v$ETCD_VERSION"
 ETCD36_BIN="$BIN_DIR/etcd-$ETCD36_VERSION"
+ETCDCTL36_BIN="$BIN_DIR/etcdctl-$ETCD36_VERSION"
 
 die() {
     echo "etcd.sh: $*" >&2
@@ -98,4 +100,25 @@ $(tail -20 "$build_dir/build.log" 2>/dev/null)"
     mv -f "$ETCD36_BIN.tmp" "$ETCD36_BIN"
     "$ETCD36_BIN" --version >/dev/null 2>&1 || die "$ETCD36_BIN does not run"
     echo "etcd 3.6: built $ETCD36_BIN ($("$ETCD36_BIN" --version | head -1))"
+fi
+
+# --- etcdctl 3.6 (built from the Go module) ---------------------------------
+if [ -x "$ETCDCTL36_BIN" ] && "$ETCDCTL36_BIN" version >/dev/null 2>&1; then
+    echo "etcdctl 3.6: reusing $ETCDCTL36_BIN"
+else
+    build_dir="$FENCING_CACHE/build/etcdctl-$ETCD36_VERSION"
+    rm -rf "$build_dir"
+    mkdir -p "$build_dir"
+    printf 'module fencing.local/etcdctl36\n\ngo 1.24\n' >"$build_dir/go.mod"
+    (
+        cd "$build_dir"
+        export GOFLAGS=-mod=mod
+        # The module's root package is the command; no tidy (this module
+        # imports nothing, tidy would drop the requirement).
+        go get "go.etcd.io/etcd/etcdctl/v3@$ETCD36_VERSION" >build.log 2>&1
+        go build -o "$ETCDCTL36_BIN.tmp" go.etcd.io/etcd/etcdctl/v3 >>build.log 2>&1
+    ) || die "building etcdctl $ETCD36_VERSION failed; see $build_dir/build.log:
+$(tail -20 "$build_dir/build.log" 2>/dev/null)"
+    mv -f "$ETCDCTL36_BIN.tmp" "$ETCDCTL36_BIN"
+    echo "etcdctl 3.6: built $ETCDCTL36_BIN ($("$ETCDCTL36_BIN" version | head -1))"
 fi

@@ -23,44 +23,14 @@ die() {
 cache="${FENCING_CACHE:-$HOME/.cache/fencing}/images"
 mkdir -p "$cache"
 docker info >/dev/null 2>&1 || die "no Docker daemon answers (scripts/install/docker.sh starts one)"
-command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
 
 RUNTIME=fencing-local/debian:bookworm-slim
 BUILD_BASE=fencing-local/bookworm-build-base
 RUST=fencing-local/rust:bookworm
 IMAGE=fencing/fence:local
 
-has_image() { docker image inspect "$1" >/dev/null 2>&1; }
-
-# The Debian mirror this machine's apt uses.
-mirror() {
-    local uri
-    uri="$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-    [ -n "$uri" ] || uri="$(awk '/^deb / {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"
-    [ -n "$uri" ] || die "cannot find the Debian mirror in /etc/apt/sources.list(.d)"
-    echo "$uri"
-}
-
-# import_rootfs TAG TARBALL [debootstrap options...]: imports a cached root
-# file system, making it with debootstrap first when it is not cached.
-import_rootfs() {
-    local tag="$1" tarball="$cache/$2"
-    shift 2
-    has_image "$tag" && return
-    if [ ! -s "$tarball" ]; then
-        local dir started=$SECONDS
-        dir="$(mktemp -d)"
-        debootstrap --variant=minbase "$@" bookworm "$dir" "$(mirror)" >"$dir.log" 2>&1 ||
-            die "debootstrap for $tag failed:
-$(tail -20 "$dir.log")"
-        rm -rf "$dir/var/cache/apt/archives"/*.deb "$dir/var/lib/apt/lists"/*
-        tar -C "$dir" -c . >"$tarball.tmp"
-        mv "$tarball.tmp" "$tarball"
-        rm -rf "$dir" "$dir.log"
-        echo "fence-image: made the root file system of $tag ($((SECONDS - started)) s)"
-    fi
-    docker import --change 'CMD ["/bin/sh"]' "$tarball" "$tag" >/dev/null
-}
+# shellcheck source=../lib/rootfs.sh
+. scripts/lib/rootfs.sh
 
 import_rootfs "$RUNTIME" bookworm-minbase.tar
 import_rootfs "$BUILD_BASE" bookworm-build.tar --include=gcc,libc6-dev,ca-certificates

@@ -25,7 +25,8 @@ pub fn tracker(grant: &Grant) -> &LeaseTracker {
 }
 
 /// Refuses [`AcquireOptions::lock_delay`](crate::AcquireOptions::lock_delay)
-/// on a backend that cannot honour it, with an [`Error::Config`] saying why.
+/// on a backend that cannot honour it, with an
+/// [`Error::Config`](crate::Error::Config) saying why.
 pub fn refuse_lock_delay(options: &crate::AcquireOptions, backend: &str) -> crate::Result<()> {
     match options.lock_delay {
         None => Ok(()),

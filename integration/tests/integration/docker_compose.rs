@@ -1,7 +1,8 @@
-//! docker-compose.yml is checked with a YAML parser (this machine has no
-//! Docker engine): the services the README promises, pinned images, health
-//! checks, loopback-only ports, and clusters whose members agree on each
-//! other. The README's URLs must point at ports the file publishes.
+//! docker-compose.yml is checked with a YAML parser: the services the README
+//! promises, pinned images, health checks, loopback-only ports, and clusters
+//! whose members agree on each other. The README's URLs must point at ports
+//! the file publishes. (scripts/compose-test.sh also runs its etcd and
+//! ZooKeeper services for real.)
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,19 +11,28 @@ use serde_json::Value;
 const COMPOSE_FILE: &str = include_str!("../../../docker-compose.yml");
 const README: &str = include_str!("../../../README.md");
 const VERSIONS: &str = include_str!("../../../versions.env");
+const ZOO_CFG: &str = include_str!("../../../deploy/compose/zoo.cfg");
 
-/// The file as docker compose reads it: `${KEY}` and `${KEY:?message}`
-/// replaced by the value in versions.env (through the .env link).
+/// The file as docker compose reads it with no variables set but those of
+/// versions.env (through the .env link): `${KEY}` and `${KEY:?message}` take
+/// the value there, `${KEY:-default}` its default when versions.env lacks
+/// KEY. Innermost first, since a default may hold another `${...}`.
 fn compose() -> String {
     let mut text = COMPOSE_FILE.to_owned();
-    while let Some(start) = text.find("${") {
-        let end = start + text[start..].find('}').expect("a closed ${...}");
-        let key = text[start + 2..end].split(":?").next().unwrap();
+    while let Some(close) = text.find('}') {
+        let start = text[..close].rfind("${").expect("a ${ before each }");
+        let inner = &text[start + 2..close];
+        let (key, default) = match inner.split_once(":-") {
+            Some((key, default)) => (key, Some(default)),
+            None => (inner.split(":?").next().unwrap(), None),
+        };
         let value = VERSIONS
             .lines()
             .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("versions.env has no {key}"));
-        text.replace_range(start..=end, value);
+            .or(default)
+            .unwrap_or_else(|| panic!("versions.env has no {key}"))
+            .to_owned();
+        text.replace_range(start..=close, &value);
     }
     text
 }
@@ -216,12 +226,20 @@ fn check_zookeeper(services: &serde_json::Map<String, Value>, found: &mut Vec<St
         .iter()
         .filter(|(n, _)| n.starts_with("zk"))
         .collect();
-    let expected = zk
+    let expected: Vec<String> = zk
         .iter()
         .enumerate()
         .map(|(i, (n, _))| format!("server.{}={n}:2888:3888;2181", i + 1))
-        .collect::<Vec<_>>()
-        .join(" ");
+        .collect();
+    let configured: Vec<&str> = ZOO_CFG
+        .lines()
+        .filter(|l| l.starts_with("server."))
+        .collect();
+    if configured != expected {
+        found.push(format!(
+            "deploy/compose/zoo.cfg lists {configured:?}, expected {expected:?}"
+        ));
+    }
     let mut ids = BTreeSet::new();
     for (name, service) in &zk {
         let env = &service["environment"];
@@ -229,8 +247,9 @@ fn check_zookeeper(services: &serde_json::Map<String, Value>, found: &mut Vec<St
         if !ids.insert(id.to_owned()) || Some(id) != name.strip_prefix("zk") {
             found.push(format!("{name}: ZOO_MY_ID {id:?} is not its own number"));
         }
-        if env["ZOO_SERVERS"].as_str() != Some(expected.as_str()) {
-            found.push(format!("{name}: ZOO_SERVERS is not {expected:?}"));
+        let config = "./deploy/compose/zoo.cfg:/conf/zoo.cfg:ro";
+        if !strings(&service["volumes"]).iter().any(|v| v == config) {
+            found.push(format!("{name}: does not mount {config}"));
         }
     }
 }
@@ -286,6 +305,11 @@ fn the_checks_catch_broken_files() {
             "--initial-cluster=etcd1=http://etcd1:2380,etcd2",
             "--initial-cluster=etcd1=http://etcd1:2380,etcdX",
             1,
+        )
+        .replacen(
+            "./deploy/compose/zoo.cfg:/conf/zoo.cfg:ro",
+            "./zoo.cfg:/conf",
+            1,
         );
     let found = problems(&parse(&broken)).join("\n");
     for expected in [
@@ -294,6 +318,7 @@ fn the_checks_catch_broken_files() {
         "zk3: ZOO_MY_ID",
         "k3s: unknown key healtcheck",
         "etcd1: --initial-cluster",
+        "zk1: does not mount ./deploy/compose/zoo.cfg",
     ] {
         assert!(found.contains(expected), "missed {expected:?} in:\n{found}");
     }
@@ -366,6 +391,20 @@ fn the_images_are_the_releases_the_suite_runs() {
             compose["services"][service]["image"].as_str(),
             Some(expected.as_str())
         );
+    }
+    // Each image can be replaced (the test command's local stand-ins).
+    let raw = parse(COMPOSE_FILE);
+    for (prefix, variable) in [
+        ("etcd", "FENCING_ETCD_IMAGE"),
+        ("zk", "FENCING_ZOOKEEPER_IMAGE"),
+    ] {
+        for (name, service) in raw["services"].as_object().unwrap() {
+            let image = service["image"].as_str().unwrap_or("");
+            assert!(
+                !name.starts_with(prefix) || image.starts_with(&format!("${{{variable}:-")),
+                "{name}: image {image:?} cannot be replaced through {variable}"
+            );
+        }
     }
     assert!(
         !COMPOSE_FILE.contains(fencing_integration::cache::etcd_release()),

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Local stand-ins for the images docker-compose.yml names (no image registry
+# is reachable here), built from the same release binaries the suite runs
+# and honouring the contract the compose file relies on. Idempotent: an
+# image is rebuilt only when what it is made of changed.
+#
+#   fencing-local/etcd:v$ETCD_VERSION            for quay.io/coreos/etcd
+#       etcd and etcdctl (scripts/install/etcd.sh builds both) in
+#       /usr/local/bin on a Debian minbase root file system.
+#   fencing-local/zookeeper:$ZOOKEEPER_VERSION   for zookeeper (Docker's)
+#       the server jars (scripts/install/zookeeper.sh) on Debian with a
+#       headless JRE, with the official image's contract: configuration in
+#       /conf/zoo.cfg, data in /data and /datalog, an entrypoint that writes
+#       /data/myid from ZOO_MY_ID, and `zkServer.sh start-foreground|status`.
+#
+# Prints the variables that point docker-compose.yml at them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+die() {
+    echo "compose-images.sh: $*" >&2
+    exit 1
+}
+
+# shellcheck source=../lib/apt.sh
+. scripts/lib/apt.sh
+# shellcheck source=../../versions.env
+. versions.env
+
+FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
+cache="$FENCING_CACHE/images"
+mkdir -p "$cache"
+docker info >/dev/null 2>&1 || die "no Docker daemon answers (scripts/install/docker.sh starts one)"
+# shellcheck source=../lib/rootfs.sh
+. scripts/lib/rootfs.sh
+
+MINBASE=fencing-local/debian:bookworm-slim
+JRE=fencing-local/debian:bookworm-jre
+ETCD_IMAGE="fencing-local/etcd:v$ETCD_VERSION"
+ZK_IMAGE="fencing-local/zookeeper:$ZOOKEEPER_VERSION"
+
+import_rootfs "$MINBASE" bookworm-minbase.tar
+import_rootfs "$JRE" bookworm-jre.tar --include=openjdk-17-jre-headless
+
+# build_image TAG CONTEXT: builds CONTEXT/Dockerfile unless TAG already
+# carries the hash of CONTEXT's files.
+build_image() {
+    local tag="$1" context="$2" hash
+    hash="$(cd "$context" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+    if [ "$(docker image inspect "$tag" --format '{{index .Config.Labels "org.fencing.inputs"}}' 2>/dev/null)" = "$hash" ]; then
+        echo "compose-images: reusing $tag ($hash)"
+        return
+    fi
+    local log
+    log="$(docker build -q --label "org.fencing.inputs=$hash" -t "$tag" "$context" 2>&1)" ||
+        die "docker build of $tag failed:
+$log"
+    echo "compose-images: built $tag ($hash)"
+}
+
+context="$(mktemp -d)"
+trap 'rm -rf "$context"' EXIT
+
+# --- etcd --------------------------------------------------------------------
+mkdir -p "$context/etcd"
+for bin in etcd etcdctl; do
+    src="$FENCING_CACHE/bin/$bin-v$ETCD_VERSION"
+    [ -x "$src" ] || die "$src missing (scripts/install/etcd.sh builds it)"
+    cp "$src" "$context/etcd/$bin"
+done
+cat >"$context/etcd/Dockerfile" <<DOCKERFILE
+FROM $MINBASE
+COPY etcd etcdctl /usr/local/bin/
+EXPOSE 2379 2380
+CMD ["/usr/local/bin/etcd"]
+DOCKERFILE
+build_image "$ETCD_IMAGE" "$context/etcd"
+
+# --- ZooKeeper ---------------------------------------------------------------
+zk_lib="$FENCING_CACHE/zookeeper-$ZOOKEEPER_VERSION/lib"
+[ -f "$zk_lib/zookeeper-$ZOOKEEPER_VERSION.jar" ] || die "$zk_lib missing (scripts/install/zookeeper.sh fetches it)"
+home="/apache-zookeeper-$ZOOKEEPER_VERSION-bin"
+mkdir -p "$context/zk/lib"
+cp "$zk_lib"/*.jar "$context/zk/lib/"
+cat >"$context/zk/docker-entrypoint.sh" <<'SCRIPT'
+#!/bin/bash
+# The official image's contract: the server id comes from ZOO_MY_ID.
+set -e
+mkdir -p /data /datalog
+[ -f /data/myid ] || echo "${ZOO_MY_ID:-1}" >/data/myid
+exec "$@"
+SCRIPT
+cat >"$context/zk/zkServer.sh" <<SCRIPT
+#!/bin/bash
+# The two verbs of zkServer.sh that containers use.
+case "\${1:-}" in
+start-foreground)
+    exec java -Xmx256m -Djava.net.preferIPv4Stack=true \\
+        -Dorg.slf4j.simpleLogger.showDateTime=true \\
+        -cp "$home/lib/*" org.apache.zookeeper.server.quorum.QuorumPeerMain /conf/zoo.cfg ;;
+status)
+    # Serving only in a quorum: srvr then names the mode.
+    exec 3<>/dev/tcp/127.0.0.1/2181 || exit 1
+    echo srvr >&3
+    grep -E '^Mode: (leader|follower|standalone)' <&3 ;;
+*)
+    echo "usage: zkServer.sh start-foreground|status" >&2
+    exit 2 ;;
+esac
+SCRIPT
+chmod +x "$context/zk/docker-entrypoint.sh" "$context/zk/zkServer.sh"
+cat >"$context/zk/Dockerfile" <<DOCKERFILE
+FROM $JRE
+COPY lib $home/lib
+COPY zkServer.sh $home/bin/zkServer.sh
+COPY docker-entrypoint.sh /docker-entrypoint.sh
+ENV PATH=$home/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+    ZOOCFGDIR=/conf
+WORKDIR $home
+EXPOSE 2181 2888 3888
+ENTRYPOINT ["/docker-entrypoint.sh"]
+CMD ["zkServer.sh", "start-foreground"]
+DOCKERFILE
+build_image "$ZK_IMAGE" "$context/zk"
+
+echo "FENCING_ETCD_IMAGE=$ETCD_IMAGE"
+echo "FENCING_ZOOKEEPER_IMAGE=$ZK_IMAGE"
