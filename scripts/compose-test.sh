@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs the etcd and ZooKeeper services of docker-compose.yml for real, on
+# Runs every service of docker-compose.yml for real, on
 # local stand-in images of the releases the suite runs (no image registry is
 # reachable here; scripts/install/compose-images.sh builds them):
 #   1. docker compose up -d --wait (health checks pass),
-#   2. the CLI's external_clusters tests against the README's URLs,
+#   2. the CLI's external_clusters tests against the README's URLs (on
+#      Kubernetes as the ServiceAccount kube-init made with rbac.yaml),
 #   3. faults through Docker (integration/tests/compose.rs): kill a member
 #      while a lock is held and awaited, restart the etcd set, disconnect a
 #      member from the network,
 #   4. docker compose down -v, also on failure or Ctrl-C; nothing is left.
-# The Kubernetes service (k3s) cannot be obtained here and is not started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,11 +17,12 @@ bash scripts/install/compose.sh
 eval "$(bash scripts/install/compose-images.sh | grep '^FENCING_.*_IMAGE=' | sed 's/^/export /')"
 
 export FENCING_COMPOSE_PROJECT=fencing-ci
-services=(etcd1 etcd2 etcd3 zk1 zk2 zk3)
+services=(etcd1 etcd2 etcd3 zk1 zk2 zk3 kube-etcd kube-apiserver kube-init)
 compose() { docker compose -p "$FENCING_COMPOSE_PROJECT" "$@"; }
 
 cleanup() {
     compose down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+    rm -rf .compose/kube
     local left
     left="$(docker ps -aq --filter "label=com.docker.compose.project=$FENCING_COMPOSE_PROJECT")"
     [ -z "$left" ] || echo "compose-test: containers left behind: $left" >&2
@@ -32,12 +33,12 @@ trap 'exit 130' INT TERM
 cleanup
 started=$SECONDS
 compose up -d --wait --wait-timeout 180 "${services[@]}"
-echo "compose-test: ${services[*]} healthy in $((SECONDS - started)) s ($FENCING_ETCD_IMAGE, $FENCING_ZOOKEEPER_IMAGE)"
+echo "compose-test: ${services[*]} healthy in $((SECONDS - started)) s ($FENCING_ETCD_IMAGE, $FENCING_ZOOKEEPER_IMAGE, $FENCING_KUBE_APISERVER_IMAGE, $FENCING_CURL_IMAGE)"
 
 FENCING_ETCD_URL=etcd://127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379/fencing \
 FENCING_ZK_URL=zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183/fencing \
-    cargo test --workspace --locked -q --test external_clusters -- --ignored \
-    external_etcd external_zookeeper
+FENCING_KUBE_URL="kube://my-app?kubeconfig=$PWD/.compose/kube/kubeconfig.yaml" \
+    cargo test --workspace --locked -q --test external_clusters -- --ignored
 
 # --workspace: the same features as the suite's own run, so nothing rebuilds.
 cargo test --workspace --locked -q --test compose -- --ignored --test-threads=1

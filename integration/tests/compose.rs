@@ -71,6 +71,22 @@ fn resource(test: &str) -> ResourceName {
     ResourceName::new(format!("{test}-{nanos:x}")).unwrap()
 }
 
+/// Connects, retrying while the cluster recovers (a ZooKeeper ensemble that
+/// lost its leader opens no session until it elected another).
+async fn connect(url: &str) -> Arc<dyn FencingSource> {
+    let deadline = tokio::time::Instant::now() + ACQUIRE_LIMIT;
+    loop {
+        match fencing::connect(url).await {
+            Ok(source) => return source,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                eprintln!("connect to {url}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("connect to {url} for {ACQUIRE_LIMIT:?}: {e}"),
+        }
+    }
+}
+
 async fn acquire(source: &Arc<dyn FencingSource>, r: &ResourceName) -> Grant {
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(4))
@@ -97,10 +113,7 @@ async fn assert_superseded(r: &ResourceName, old: FencingToken, new: FencingToke
 /// the waiter gets a higher token once the holder lets go (or its lease
 /// ends), and the gate refuses the old one.
 async fn member_killed_while_held_and_waited(url: &str, member: &str, test: &str) {
-    let (a, b) = (
-        fencing::connect(url).await.unwrap(),
-        fencing::connect(url).await.unwrap(),
-    );
+    let (a, b) = (connect(url).await, connect(url).await);
     let r = resource(test);
     let held = acquire(&a, &r).await;
     let waiter = {
@@ -149,7 +162,7 @@ async fn zookeeper_server_killed_while_held_and_waited() {
 async fn etcd_set_restarted() {
     let r = resource("etcd-restart");
     let before = {
-        let source = fencing::connect(ETCD_URL).await.unwrap();
+        let source = connect(ETCD_URL).await;
         let grant = acquire(&source, &r).await;
         let token = grant.token();
         grant.release().await.expect("release");
@@ -157,7 +170,7 @@ async fn etcd_set_restarted() {
     };
     compose(&["restart", "etcd1", "etcd2", "etcd3"]).await;
     heal(&["etcd1", "etcd2", "etcd3"]).await;
-    let source = fencing::connect(ETCD_URL).await.unwrap();
+    let source = connect(ETCD_URL).await;
     let after = acquire(&source, &r).await;
     assert_superseded(&r, before, after.token()).await;
     after.release().await.expect("release");
@@ -171,7 +184,7 @@ async fn etcd_set_restarted() {
 async fn member_partitioned(url: &str, alone: &str, member: &str, test: &str) {
     let network = format!("{}_default", project());
     let id = container(member).await;
-    let source = fencing::connect(url).await.unwrap();
+    let source = connect(url).await;
     let r = resource(test);
     let first = acquire(&source, &r).await;
     let t1 = first.token();
@@ -190,14 +203,14 @@ async fn member_partitioned(url: &str, alone: &str, member: &str, test: &str) {
             grant.token()
         ),
     }
-    let during = acquire(&fencing::connect(url).await.unwrap(), &r).await;
+    let during = acquire(&connect(url).await, &r).await;
     let t2 = during.token();
     during.release().await.expect("release");
     // The service name is the alias the other members know it by.
     docker(&["network", "connect", "--alias", member, &network, &id]).await;
     heal(&[member]).await;
 
-    let after = acquire(&fencing::connect(url).await.unwrap(), &r).await;
+    let after = acquire(&connect(url).await, &r).await;
     assert_superseded(&r, t1, t2).await;
     assert_superseded(&r, t2, after.token()).await;
     after.release().await.expect("release");

@@ -12,6 +12,12 @@
 #       headless JRE, with the official image's contract: configuration in
 #       /conf/zoo.cfg, data in /data and /datalog, an entrypoint that writes
 #       /data/myid from ZOO_MY_ID, and `zkServer.sh start-foreground|status`.
+#   fencing-local/kube-apiserver:v$KUBERNETES_VERSION  for registry.k8s.io's
+#       the kube-apiserver scripts/install/kube-apiserver.sh builds, at
+#       /usr/local/bin/kube-apiserver (the compose file names it as the
+#       entrypoint), on Debian minbase.
+#   fencing-local/curl                           for curlimages/curl
+#       Debian's curl and sh, for the one-shot kube-init service.
 #
 # Prints the variables that point docker-compose.yml at them.
 set -euo pipefail
@@ -38,9 +44,12 @@ MINBASE=fencing-local/debian:bookworm-slim
 JRE=fencing-local/debian:bookworm-jre
 ETCD_IMAGE="fencing-local/etcd:v$ETCD_VERSION"
 ZK_IMAGE="fencing-local/zookeeper:$ZOOKEEPER_VERSION"
+APISERVER_IMAGE="fencing-local/kube-apiserver:v$KUBERNETES_VERSION"
+CURL_IMAGE=fencing-local/curl:bookworm
 
 import_rootfs "$MINBASE" bookworm-minbase.tar
 import_rootfs "$JRE" bookworm-jre.tar --include=openjdk-17-jre-headless
+import_rootfs "$CURL_IMAGE" bookworm-curl.tar --include=curl,ca-certificates
 
 # build_image TAG CONTEXT: builds CONTEXT/Dockerfile unless TAG already
 # carries the hash of CONTEXT's files.
@@ -123,5 +132,19 @@ CMD ["zkServer.sh", "start-foreground"]
 DOCKERFILE
 build_image "$ZK_IMAGE" "$context/zk"
 
+# --- kube-apiserver ----------------------------------------------------------
+apiserver="$FENCING_CACHE/bin/kube-apiserver-v$KUBERNETES_VERSION"
+[ -x "$apiserver" ] || die "$apiserver missing (scripts/install/kube-apiserver.sh builds it)"
+mkdir -p "$context/kube"
+cp "$apiserver" "$context/kube/kube-apiserver"
+cat >"$context/kube/Dockerfile" <<DOCKERFILE
+FROM $MINBASE
+COPY kube-apiserver /usr/local/bin/kube-apiserver
+ENTRYPOINT ["/usr/local/bin/kube-apiserver"]
+DOCKERFILE
+build_image "$APISERVER_IMAGE" "$context/kube"
+
 echo "FENCING_ETCD_IMAGE=$ETCD_IMAGE"
+echo "FENCING_KUBE_APISERVER_IMAGE=$APISERVER_IMAGE"
+echo "FENCING_CURL_IMAGE=$CURL_IMAGE"
 echo "FENCING_ZOOKEEPER_IMAGE=$ZK_IMAGE"

@@ -124,7 +124,7 @@ impl Session {
         let sent = Instant::now();
         let mut connector = Client::connector()
             .with_session_timeout(cfg.session_timeout)
-            .with_connection_timeout(cfg.request_timeout);
+            .with_connection_timeout(per_host_timeout(cfg));
         if let Some((user, password)) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
@@ -212,6 +212,20 @@ async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
             .map_err(bad)?;
     }
     Ok(options)
+}
+
+/// How long one server may take to answer before the client tries the
+/// next. With the whole request timeout per server, one server whose port
+/// accepts connections but never answers (a dead server behind a proxy, a
+/// Docker port of a disconnected container) used up the whole connect
+/// budget, and the healthy servers after it were never tried. A share of
+/// the timeout per server (at least 1 s) leaves time for the others. The
+/// client also uses it as the idle limit of an open connection.
+fn per_host_timeout(cfg: &ZkConfig) -> Duration {
+    let hosts = u32::try_from(cfg.hosts.len().max(1)).unwrap_or(u32::MAX);
+    (cfg.request_timeout / hosts)
+        .max(Duration::from_secs(1))
+        .min(cfg.request_timeout)
 }
 
 async fn connect_error(cfg: &ZkConfig, e: zookeeper_client::Error) -> Error {

@@ -37,19 +37,33 @@ fn compose() -> String {
     text
 }
 
-const SERVICES: [&str; 7] = ["etcd1", "etcd2", "etcd3", "zk1", "zk2", "zk3", "k3s"];
+const SERVICES: [&str; 9] = [
+    "etcd1",
+    "etcd2",
+    "etcd3",
+    "zk1",
+    "zk2",
+    "zk3",
+    "kube-etcd",
+    "kube-apiserver",
+    "kube-init",
+];
+
+/// kube-apiserver's image has no shell or client to probe itself with;
+/// kube-init's health check (it reached /readyz and applied RBAC) covers it.
+const WITHOUT_HEALTH_CHECK: [&str; 1] = ["kube-apiserver"];
 
 /// Keys of the Compose specification this file may use; anything else is a
 /// typo that Docker would reject.
 const SERVICE_KEYS: [&str; 9] = [
     "image",
+    "entrypoint",
     "command",
     "environment",
     "ports",
     "volumes",
     "healthcheck",
-    "privileged",
-    "tmpfs",
+    "user",
     "depends_on",
 ];
 
@@ -108,7 +122,7 @@ fn problems(compose: &Value) -> Vec<String> {
     }
     check_etcd(&services, &host_ports, &mut found);
     check_zookeeper(&services, &mut found);
-    check_k3s(&services, &mut found);
+    check_kube(&services, &mut found);
     found
 }
 
@@ -136,7 +150,14 @@ fn check_service(
             "{name}: image {image:?} is not pinned to a version"
         )),
     }
-    let health = fields.get("healthcheck");
+    if !WITHOUT_HEALTH_CHECK.contains(&name) {
+        check_health(name, fields.get("healthcheck"), found);
+    }
+    check_ports(name, fields, host_ports, found);
+    check_volumes(name, fields, declared, found);
+}
+
+fn check_health(name: &str, health: Option<&Value>, found: &mut Vec<String>) {
     let test = health.map(|h| strings(&h["test"])).unwrap_or_default();
     if !matches!(test.first().map(String::as_str), Some("CMD" | "CMD-SHELL")) || test.len() < 2 {
         found.push(format!("{name}: no health check command"));
@@ -150,6 +171,14 @@ fn check_service(
     if health.and_then(|h| h["retries"].as_u64()).is_none() {
         found.push(format!("{name}: healthcheck has no retries"));
     }
+}
+
+fn check_ports(
+    name: &str,
+    fields: &serde_json::Map<String, Value>,
+    host_ports: &mut BTreeMap<u16, String>,
+    found: &mut Vec<String>,
+) {
     for port in strings(&fields.get("ports").cloned().unwrap_or_default()) {
         let parts: Vec<&str> = port.split(':').collect();
         match parts.as_slice() {
@@ -170,6 +199,14 @@ fn check_service(
             )),
         }
     }
+}
+
+fn check_volumes(
+    name: &str,
+    fields: &serde_json::Map<String, Value>,
+    declared: &BTreeSet<String>,
+    found: &mut Vec<String>,
+) {
     for volume in strings(&fields.get("volumes").cloned().unwrap_or_default()) {
         let source = volume.split(':').next().unwrap_or("");
         if !source.starts_with("./") && !declared.contains(source) {
@@ -254,25 +291,50 @@ fn check_zookeeper(services: &serde_json::Map<String, Value>, found: &mut Vec<St
     }
 }
 
-fn check_k3s(services: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
-    let k3s = &services.get("k3s").cloned().unwrap_or_default();
-    if k3s["privileged"] != Value::Bool(true) {
-        found.push("k3s: must be privileged".into());
-    }
-    let output = k3s["environment"]["K3S_KUBECONFIG_OUTPUT"]
-        .as_str()
-        .unwrap_or("");
-    let dir = output.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
-    let mounted = strings(&k3s["volumes"])
+/// The control plane: kube-init writes the kubeconfig into a host
+/// directory and waits for the apiserver; the apiserver publishes 6443,
+/// reads the DEV ONLY key material and authorizes with RBAC.
+fn check_kube(services: &serde_json::Map<String, Value>, found: &mut Vec<String>) {
+    let init = &services.get("kube-init").cloned().unwrap_or_default();
+    if !strings(&init["volumes"])
         .iter()
-        .any(|v| v.starts_with("./") && v.ends_with(&format!(":{dir}")));
-    if dir.is_empty() || !mounted {
-        found.push(format!(
-            "k3s: the kubeconfig output {output:?} is not in a host-mounted directory"
-        ));
+        .any(|v| v == "./.compose/kube:/out")
+    {
+        found.push("kube-init: the kubeconfig directory ./.compose/kube is not mounted".into());
     }
-    if !strings(&k3s["ports"]).iter().any(|p| p.ends_with(":6443")) {
-        found.push("k3s: the API port 6443 is not published".into());
+    if !strings(&init["volumes"])
+        .iter()
+        .any(|v| v == "./deploy/kubernetes:/rbac:ro")
+    {
+        found.push("kube-init: deploy/kubernetes (rbac.yaml) is not mounted".into());
+    }
+    let api = &services.get("kube-apiserver").cloned().unwrap_or_default();
+    if !strings(&api["ports"])
+        .iter()
+        .any(|p| p == "127.0.0.1:6443:6443")
+    {
+        found.push("kube-apiserver: the API port 6443 is not published on 127.0.0.1".into());
+    }
+    let command = strings(&api["command"]);
+    if flag(&command, "authorization-mode").as_deref() != Some("RBAC") {
+        found.push("kube-apiserver: --authorization-mode is not RBAC".into());
+    }
+    if flag(&command, "etcd-servers").as_deref() != Some("http://kube-etcd:2379") {
+        found.push("kube-apiserver: --etcd-servers is not the kube-etcd service".into());
+    }
+    for file in command
+        .iter()
+        .filter_map(|a| a.split_once("=/pki/").map(|(_, f)| f))
+    {
+        if !std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/compose/kube")
+            .join(file)
+            .is_file()
+        {
+            found.push(format!(
+                "kube-apiserver: /pki/{file} is not in deploy/compose/kube"
+            ));
+        }
     }
 }
 
@@ -297,10 +359,16 @@ fn the_checks_catch_broken_files() {
         .replacen("\"127.0.0.1:22379:2379\"", "\"127.0.0.1:2379:2379\"", 1)
         .replacen("ZOO_MY_ID: \"3\"", "ZOO_MY_ID: \"1\"", 1)
         .replacen(
-            "    privileged: true\n",
-            "    privileged: true\n    healtcheck: {}\n",
+            "    user: \"0:0\"\n",
+            "    user: \"0:0\"\n    healtcheck: {}\n",
             1,
         )
+        .replacen(
+            "--authorization-mode=RBAC",
+            "--authorization-mode=AlwaysAllow",
+            1,
+        )
+        .replacen("/pki/tokens.csv", "/pki/token.csv", 1)
         .replacen(
             "--initial-cluster=etcd1=http://etcd1:2380,etcd2",
             "--initial-cluster=etcd1=http://etcd1:2380,etcdX",
@@ -316,7 +384,9 @@ fn the_checks_catch_broken_files() {
         "zk1: image \"zookeeper:latest\" is not pinned",
         "etcd2: host port 2379 is also published by etcd1",
         "zk3: ZOO_MY_ID",
-        "k3s: unknown key healtcheck",
+        "kube-init: unknown key healtcheck",
+        "kube-apiserver: --authorization-mode is not RBAC",
+        "kube-apiserver: /pki/token.csv is not in deploy/compose/kube",
         "etcd1: --initial-cluster",
         "zk1: does not mount ./deploy/compose/zoo.cfg",
     ] {
@@ -359,7 +429,7 @@ fn the_readme_points_at_ports_the_file_publishes() {
         urls >= 2,
         "the README section shows an etcd and a ZooKeeper URL"
     );
-    assert!(section.contains("kube://default?kubeconfig=.compose/k3s/kubeconfig.yaml"));
+    assert!(section.contains("kube://my-app?kubeconfig=.compose/kube/kubeconfig.yaml"));
 }
 
 #[test]
@@ -386,6 +456,13 @@ fn the_images_are_the_releases_the_suite_runs() {
                 fencing_integration::cache::zookeeper_release()
             ),
         ),
+        (
+            "kube-apiserver",
+            format!(
+                "registry.k8s.io/kube-apiserver:v{}",
+                fencing_integration::cache::kubernetes_release()
+            ),
+        ),
     ] {
         assert_eq!(
             compose["services"][service]["image"].as_str(),
@@ -396,7 +473,10 @@ fn the_images_are_the_releases_the_suite_runs() {
     let raw = parse(COMPOSE_FILE);
     for (prefix, variable) in [
         ("etcd", "FENCING_ETCD_IMAGE"),
+        ("kube-etcd", "FENCING_ETCD_IMAGE"),
         ("zk", "FENCING_ZOOKEEPER_IMAGE"),
+        ("kube-apiserver", "FENCING_KUBE_APISERVER_IMAGE"),
+        ("kube-init", "FENCING_CURL_IMAGE"),
     ] {
         for (name, service) in raw["services"].as_object().unwrap() {
             let image = service["image"].as_str().unwrap_or("");

@@ -372,7 +372,67 @@ async fn bad_input_is_refused(version: ZkVersion) {
     }
 }
 
+/// Ports that accept connections and never answer (a dead server behind a
+/// proxy, the published port of a disconnected container).
+struct SilentPorts {
+    addrs: Vec<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SilentPorts {
+    async fn bind(n: usize) -> SilentPorts {
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+        }
+        let addrs = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                for l in &listeners {
+                    if let Ok(Ok((socket, _))) =
+                        tokio::time::timeout(Duration::from_millis(20), l.accept()).await
+                    {
+                        held.push(socket);
+                    }
+                }
+            }
+        });
+        SilentPorts { addrs, task }
+    }
+}
+
+impl Drop for SilentPorts {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Two silent servers listed before a live one do not use up the connect
+/// timeout: the client gives each server a share of it and moves on.
+async fn silent_servers_before_a_live_one_are_skipped(version: ZkVersion) {
+    let f = ZkFixture::start_with(version, 1).await;
+    let silent = SilentPorts::bind(2).await;
+    let mut hosts = silent.addrs.clone();
+    hosts.extend(f.ensemble.endpoints());
+    for attempt in 0..3 {
+        // The defaults (10 s session, 5 s requests): with a short session
+        // the client's own per-server limit is short anyway.
+        let cfg = f
+            .config(hosts.clone())
+            .session_timeout(fencing_zookeeper::DEFAULT_SESSION_TIMEOUT)
+            .request_timeout(fencing_zookeeper::DEFAULT_REQUEST_TIMEOUT);
+        if let Err(e) = ZkSource::connect(cfg).await {
+            panic!("connect {attempt} with silent servers listed first: {e}");
+        }
+    }
+}
+
 fencing_integration::on_both_zk_versions!(
+    silent_servers_before_a_live_one_are_skipped,
     leader_killed_while_held_and_waited_for,
     all_servers_restarted,
     frozen_holder_process_is_fenced,
