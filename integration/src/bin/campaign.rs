@@ -312,6 +312,7 @@ async fn inspect(source: String, within_ms: u64) -> ExitCode {
         }
     };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
+    let give_up_at = deadline + Duration::from_secs(20);
     let mut locks = LOCKS
         .iter()
         .map(|l| ResourceName::new(*l).expect("portable name"));
@@ -330,6 +331,13 @@ async fn inspect(source: String, within_ms: u64) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Ok(Ok(Some(_))) => tokio::time::sleep(Duration::from_millis(200)).await,
+            // A cluster just out of its last fault may still be electing (etcd
+            // 3.4 stalls for seconds): the question is what it holds, not how
+            // fast it answers, so failed reads are retried for a while.
+            other if tokio::time::Instant::now() < give_up_at => {
+                eprintln!("inspect: {other:?}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             other => {
                 eprintln!("inspect: {other:?}");
                 return ExitCode::from(2);

@@ -617,7 +617,8 @@ async fn leftover_holder(world: &World) -> Option<String> {
     let out = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .output();
-    match tokio::time::timeout(within + Duration::from_secs(20), out).await {
+    // inspect retries failed reads for 20 s past `within`.
+    match tokio::time::timeout(within + Duration::from_secs(45), out).await {
         Ok(Ok(out)) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
             (text != "none").then_some(text)
