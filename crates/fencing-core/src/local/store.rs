@@ -37,7 +37,16 @@ pub(crate) struct LeaseRecord {
 
 impl LeaseRecord {
     fn is_live(&self, now: &Clock) -> bool {
-        self.boot_id == now.boot_id && now.ns < self.expires_ns
+        self.held_for(now, Duration::ZERO).is_some()
+    }
+
+    /// How much longer the record keeps its resource from others: until it
+    /// expires plus `delay`; `None` once that passed, or for a record of an
+    /// earlier boot.
+    fn held_for(&self, now: &Clock, delay: Duration) -> Option<Duration> {
+        let until = self.expires_ns.saturating_add(delay.as_nanos() as u64);
+        (self.boot_id == now.boot_id && now.ns < until)
+            .then(|| Duration::from_nanos(until - now.ns))
     }
 }
 
@@ -182,13 +191,10 @@ impl Locked<'_> {
         resource: &ResourceName,
     ) -> Result<Option<(LeaseRecord, Duration)>> {
         let now = Clock::now();
-        Ok(self
-            .read_lease(resource.as_str())?
-            .filter(|r| r.is_live(&now))
-            .map(|r| {
-                let remaining = Duration::from_nanos(r.expires_ns - now.ns);
-                (r, remaining)
-            }))
+        Ok(self.read_lease(resource.as_str())?.and_then(|r| {
+            let remaining = r.held_for(&now, Duration::ZERO)?;
+            Some((r, remaining))
+        }))
     }
 
     /// Takes the resource if no live lease holds it and, with a
@@ -202,15 +208,11 @@ impl Locked<'_> {
         lock_delay: Duration,
     ) -> Result<TryGrant> {
         let now = Clock::now();
-        if let Some(r) = self.read_lease(resource.as_str())? {
-            // A released lease is removed, so a record is a live holder or
-            // one that ran out; a record of an earlier boot delays nothing.
-            let free_at = r.expires_ns.saturating_add(lock_delay.as_nanos() as u64);
-            if r.boot_id == now.boot_id && now.ns < free_at {
-                return Ok(TryGrant::Held {
-                    remaining: Duration::from_nanos(free_at - now.ns),
-                });
-            }
+        // A released lease is removed, so a record is a live holder or one
+        // that ran out, which the lock-delay keeps for that much longer.
+        let record = self.read_lease(resource.as_str())?;
+        if let Some(remaining) = record.and_then(|r| r.held_for(&now, lock_delay)) {
+            return Ok(TryGrant::Held { remaining });
         }
         let token = self.mint()?;
         let key = self.write_lease(&LeaseRecord {
