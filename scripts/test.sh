@@ -45,9 +45,12 @@ cargo build --locked -q --release -p fencing-integration --bins
 # session dies with its member; etcd 3.4 also stalls for up to 20 s), so it
 # runs longer, and 3.4 is held to a lower floor until that is fixed.
 # The elect runs make the clients LeaderElector candidates doing gated work.
+# local runs LocalSource clients on one directory (client and clock faults);
+# kube runs kube-apiserver on three etcd members (apiserver kills and
+# pauses, Lease deletion, and the etcd faults).
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
-for run in "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" "etcd34 120 100 lock" \
-           "zk 60 250 elect" "etcd 90 150 elect"; do
+for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" \
+           "etcd34 120 100 lock" "kube 90 150 lock" "zk 60 250 elect" "etcd 90 150 elect"; do
     set -- $run
     out="$campaign_out/$1-$4"
     echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"

@@ -205,7 +205,10 @@ impl KubeConfig {
 
     /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`.
     ///
-    /// `lease_duration=` is a synonym of `ttl=`. The grammar is the shared
+    /// `lease_duration=` is a synonym of `ttl=`. A TTL given without
+    /// `renew_deadline=` and `retry_period=` scales them as an acquire's TTL
+    /// does (client-go's 15 : 10 : 2 when the defaults do not fit under it);
+    /// given values are kept and must follow client-go's rule. The grammar is the shared
     /// one of [`UrlParts`] (the scheme in any case, values percent-decoded,
     /// a parameter given twice refused). Every problem is an
     /// [`Error::Config`] naming it.
@@ -228,6 +231,13 @@ impl KubeConfig {
         for (k, v) in url.params() {
             let key = if k == "lease_duration" { "ttl" } else { k };
             cfg.apply(key, v).map_err(|why| bad(&why))?;
+        }
+        // A TTL alone means what it means on an acquire: the default renew
+        // deadline and retry period, or both scaled if they do not fit.
+        let timed = |k: &str| url.param(k).is_some();
+        if !timed("renew_deadline") && !timed("retry_period") {
+            let o = &mut cfg.options;
+            o.timings = o.grant_timings(Some(o.timings.lease_duration));
         }
         cfg.options.check().map_err(|e| bad(&e.to_string()))?;
         Ok(cfg)
@@ -317,7 +327,10 @@ mod tests {
             ("kube://a?bogus=1", "unknown parameter \"bogus\""),
             ("kube://a?ttl", "not key=value"),
             ("kube://a#x", "fragment"),
-            ("kube://a?ttl=5", "must be greater than renew_deadline"),
+            (
+                "kube://a?ttl=5&renew_deadline=6",
+                "must be greater than renew_deadline",
+            ),
             ("kube://a?renew_deadline=2", "1.2 x retry_period"),
         ] {
             let msg = config_err(url);
@@ -337,6 +350,14 @@ mod tests {
             (Duration::from_secs(21), o.timings.renew_deadline)
         );
         assert_eq!(o.grant_timings(None).lease_duration, DEFAULT_LEASE_DURATION);
+        // The same rule for a URL that gives the TTL alone.
+        let url = KubeConfig::from_url("kube://a?ttl=3").unwrap();
+        assert_eq!(
+            url.options.timings,
+            LeaderTimings::scaled_to(Duration::from_secs(3))
+        );
+        let url = KubeConfig::from_url("kube://a?ttl=30").unwrap();
+        assert_eq!(url.options.timings.renew_deadline, o.timings.renew_deadline);
     }
 
     proptest! {

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fencing::{FencingSource, ResourceName};
 use fencing_election::ElectionConfig;
 use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
+use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
 use fencing_integration::campaign::run::{self, Config, LOCKS};
 use fencing_integration::etcd::cluster::EtcdVersion;
@@ -36,6 +37,8 @@ struct Cli {
 
 #[derive(Clone, Copy, ValueEnum, Debug)]
 enum Backend {
+    /// LocalSource on a shared directory (client and clock faults only)
+    Local,
     /// ZooKeeper 3.9
     Zk,
     /// ZooKeeper 3.8
@@ -44,6 +47,8 @@ enum Backend {
     Etcd,
     /// etcd 3.4
     Etcd34,
+    /// kube-apiserver on three etcd 3.6 members
+    Kube,
 }
 
 #[derive(clap::Args)]
@@ -109,6 +114,15 @@ enum Command {
         #[arg(long)]
         endpoint: String,
     },
+    /// Asks the apiserver to be ready, or deletes the campaign's Leases
+    /// (started by `run` inside the apiserver's namespace)
+    #[command(hide = true)]
+    KubeAdmin {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        #[arg(long, value_enum)]
+        action: AdminAction,
+    },
     /// Prints the holder of the campaign's lock, or `none` as soon as there
     /// is none (waiting at most --within-ms)
     #[command(hide = true)]
@@ -141,6 +155,7 @@ fn main() -> ExitCode {
             } => client_main(name, source, gate, lock, ttl_ms, seed, elect).await,
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
+            Command::KubeAdmin { kubeconfig, action } => kube_admin(kubeconfig, action).await,
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -166,6 +181,8 @@ async fn campaign(args: RunArgs) -> ExitCode {
         "campaign seed {seed} ({backend:?}, {workload:?}, {seconds} s; replay with --seed {seed})"
     );
     let (kind, ttl) = match backend {
+        Backend::Local => (Kind::Local, Duration::from_secs(1)),
+        Backend::Kube => (Kind::Kube, Duration::from_secs(2)),
         Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
         Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
         Backend::Etcd => (Kind::Etcd(EtcdVersion::V3_6), Duration::from_secs(2)),
@@ -282,7 +299,12 @@ async fn client_main(
         acquire_wait: Duration::from_secs(5),
         hold: (Duration::from_millis(10), Duration::from_millis(150)),
         long_hold_percent: 5,
-        long_hold: (Duration::from_millis(1000), Duration::from_millis(3000)),
+        // Long enough, at the top, to outlast a lease: a holder cut off in
+        // one is taken over while it still holds.
+        long_hold: (
+            Duration::from_millis(1000),
+            (Duration::from_millis(ttl_ms) * 5 / 2).max(Duration::from_secs(3)),
+        ),
         write_every: Duration::from_millis(25),
         seed,
     };
@@ -374,6 +396,24 @@ async fn maintain(endpoint: String) -> ExitCode {
         }
         Err(_) => {
             eprintln!("maintain: no answer within 8 s");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn kube_admin(kubeconfig: PathBuf, action: AdminAction) -> ExitCode {
+    let work = fencing_integration::campaign::kube::admin(&kubeconfig, action, &LOCKS);
+    match tokio::time::timeout(Duration::from_secs(8), work).await {
+        Ok(Ok(done)) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("kube-admin: {e}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("kube-admin: no answer within 8 s");
             ExitCode::from(2)
         }
     }

@@ -27,7 +27,8 @@
 //!   holder has already stopped believing it holds its grant (`Lost`,
 //!   `Release`, or a `Crash`), at or before that grant returned. A holder
 //!   that was paused (`pause-client`) or had its clock skewed (`clock-*`)
-//!   meanwhile cannot notice in time and is exempt; for it the property
+//!   meanwhile, or whose Lease an administrator deleted (`delete-leases`),
+//!   cannot notice in time and is exempt; for it the property
 //!   becomes: no write it sent with the old token after a write with a
 //!   higher token completed at the same gate was accepted.
 //! - `durability` ([`DURABILITY`]): with the registers' final values (see
@@ -515,9 +516,12 @@ fn gate_monotonic(ctx: &Ctx) -> PropertyResult {
     result(GATE_MONOTONIC, violations, Vec::new())
 }
 
-/// Faults that excuse a holder for not noticing its loss in time.
-fn excusing(fault: &str) -> bool {
-    fault == "pause-client" || fault.starts_with("clock-")
+/// Faults that excuse a holder for not noticing its loss in time: its own
+/// pause or clock, or an administrator deleting every Lease under every
+/// holder (which no holder hears of before its next renewal).
+fn excusing(fault: &FaultSpan, client: &str) -> bool {
+    let own = fault.fault == "pause-client" || fault.fault.starts_with("clock-");
+    (own && fault.target == client) || fault.fault == "delete-leases"
 }
 
 fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
@@ -540,9 +544,10 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
             if h.end_ns.is_some_and(|end| end <= next.start_ns) {
                 continue;
             }
-            let excuse = ctx.faults.iter().find(|f| {
-                excusing(&f.fault) && f.target == h.client && f.overlaps(h.start_ns, next.start_ns)
-            });
+            let excuse = ctx
+                .faults
+                .iter()
+                .find(|f| excusing(f, &h.client) && f.overlaps(h.start_ns, next.start_ns));
             if let Some(f) = excuse {
                 exempt += 1;
                 stale_writes(ctx, h, f, &accepted, &mut violations);
@@ -584,8 +589,8 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
     let mut notes = Vec::new();
     if exempt > 0 {
         notes.push(format!(
-            "{exempt} hold(s) outlived the next grant under pause-client or clock-* faults \
-             (exempt; their stale writes checked instead)"
+            "{exempt} hold(s) outlived the next grant under pause-client, clock-* or \
+             delete-leases faults (exempt; their stale writes checked instead)"
         ));
     }
     result(LOSS_BEFORE_NEXT_GRANT, violations, notes)
@@ -1189,6 +1194,10 @@ mod tests {
         let mut wall = overlap(13);
         wall.fault(5, 12, "wall-jump-back", "c1", 1);
         assert!(!check(&wall.0).passed());
+        // Deleting the Leases revokes every holder without telling it.
+        let mut deleted = overlap(13);
+        deleted.fault(5, 12, "delete-leases", "deleted [\"r\"]", 1);
+        assert!(check(&deleted.0).passed());
 
         // The paused holder's stale write, sent at 14 ms after c2's write
         // with token 2 completed at 12 ms, is accepted by the gate.

@@ -161,6 +161,9 @@ struct Writer<'a> {
     /// The gate write in flight, if any: cut short by a loss, its outcome
     /// is unknown (the server may still apply it).
     in_flight: Option<u64>,
+    /// Set when the controller asks the client to stop: the hold ends early
+    /// and is released as usual.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Writer<'_> {
@@ -172,7 +175,7 @@ impl Writer<'_> {
             None => None,
         };
         let resource = self.resource.as_str();
-        while tokio::time::Instant::now() < until {
+        while tokio::time::Instant::now() < until && !*self.stop.borrow() {
             tokio::time::sleep(self.every).await;
             self.value += 1;
             self.next_id += 1;
@@ -231,6 +234,7 @@ pub async fn run(
         next_id: 0,
         value: 0,
         in_flight: None,
+        stop: stop.clone(),
     };
     let elector = match election {
         Some(config) => match LeaderElector::new(source.clone(), plan.resource.clone(), config) {
@@ -254,12 +258,23 @@ pub async fn run(
                 None => hold_once(&source, &plan, &mut writer, hold).await,
             }
         };
+        tokio::pin!(one);
         tokio::select! {
-            () = one => {}
-            _ = stop.changed() => break,
+            () = &mut one => {}
+            _ = stop.changed() => {
+                // The writes stop; a hold is released before the process
+                // exits (a grant merely dropped is released by a task that
+                // the runtime's shutdown may cut short, and a Kubernetes
+                // Lease would go on naming this client).
+                let _ = tokio::time::timeout(STOP_LIMIT, one).await;
+                break;
+            }
         }
     }
 }
+
+/// How long a stopping client may take to finish its acquire and release.
+const STOP_LIMIT: Duration = Duration::from_secs(6);
 
 /// One acquire, hold with writes, and release (or loss).
 async fn hold_once(

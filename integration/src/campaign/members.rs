@@ -89,14 +89,36 @@ impl Member {
 /// Which cluster runs in the namespaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// `LocalSource` on a directory the clients share: no members, no
+    /// network (faults are on the clients and their clocks only).
+    Local,
     Zk(ZkVersion),
     Etcd(crate::etcd::cluster::EtcdVersion),
+    /// kube-apiserver (the last member) on three etcd 3.6 members.
+    Kube,
 }
+
+impl Kind {
+    /// How many member processes (each in its own namespace) it runs.
+    pub fn members(self) -> usize {
+        match self {
+            Kind::Local => 0,
+            Kind::Zk(_) | Kind::Etcd(_) => VOTERS,
+            Kind::Kube => VOTERS + 1,
+        }
+    }
+}
+
+/// The members that hold the quorum (ZooKeeper or etcd servers); the
+/// apiserver of a Kubernetes cluster comes after them.
+pub const VOTERS: usize = 3;
 
 /// The members of one cluster.
 pub struct Cluster {
     pub kind: Kind,
     pub members: Vec<Member>,
+    /// The admin's kubeconfig of a Kubernetes cluster.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -114,12 +136,22 @@ impl Cluster {
         sync_limit: u64,
     ) -> Result<Cluster, String> {
         let mut members = Vec::new();
+        let mut kubeconfig = None;
+        let voters = &hosts[..VOTERS.min(hosts.len())];
         for (i, host) in hosts.iter().enumerate() {
             let member_dir = dir.join(format!("m{}", i + 1));
             std::fs::create_dir_all(&member_dir).map_err(|e| e.to_string())?;
+            let etcd36 = crate::etcd::cluster::EtcdVersion::V3_6;
             let command = match kind {
+                Kind::Local => return Err("a local campaign has no members".into()),
                 Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, sync_limit)?,
                 Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir)?,
+                Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir)?,
+                Kind::Kube => {
+                    let plane = super::kube::control_plane(host, voters, &member_dir)?;
+                    kubeconfig = Some(plane.kubeconfig);
+                    plane.command
+                }
             };
             members.push(Member {
                 host: host.clone(),
@@ -133,14 +165,18 @@ impl Cluster {
             m.start()
                 .map_err(|e| format!("starting member in {}: {e}", m.host.ns))?;
         }
-        Ok(Cluster { kind, members })
+        Ok(Cluster {
+            kind,
+            members,
+            kubeconfig,
+        })
     }
 
-    /// Client port of every member.
+    /// Client port of every voter.
     pub fn port(&self) -> u16 {
         match self.kind {
             Kind::Zk(_) => 2181,
-            Kind::Etcd(_) => 2379,
+            _ => 2379,
         }
     }
 
@@ -149,14 +185,27 @@ impl Cluster {
         format!("{}:{}", self.members[i].host.ip, self.port())
     }
 
+    /// The URL of client `client`'s source. Client `i` of the first
+    /// [`VOTERS`] talks to member `i` only (so a cut-off member's clients
+    /// still reach it, as in the partitions that break leases); the rest
+    /// talk to every member. Kubernetes clients all talk to the apiserver.
+    pub fn client_url(&self, client: usize, session: Duration) -> String {
+        if client < VOTERS {
+            self.url(&[client], session)
+        } else {
+            self.url(&(0..VOTERS).collect::<Vec<_>>(), session)
+        }
+    }
+
     /// The URL of a source that talks only to the members in `which`.
     pub fn url(&self, which: &[usize], session: Duration) -> String {
         let hosts: Vec<String> = which.iter().map(|&i| self.endpoint(i)).collect();
         let hosts = hosts.join(",");
         let secs = session.as_secs_f64();
-        match self.kind {
-            Kind::Zk(_) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
-            Kind::Etcd(_) => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),
+        match (self.kind, &self.kubeconfig) {
+            (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
+            (Kind::Kube, Some(kubeconfig)) => super::kube::source_url(kubeconfig, session),
+            _ => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),
         }
     }
 
@@ -170,7 +219,7 @@ impl Cluster {
             Kind::Zk(_) => format!(
                 "exec 3<>/dev/tcp/{ip}/2181 && printf srvr >&3 && timeout 2 cat <&3"
             ),
-            Kind::Etcd(_) => format!(
+            _ => format!(
                 "exec 3<>/dev/tcp/{ip}/2379 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 2 cat <&3"
             ),
         };
@@ -184,13 +233,13 @@ impl Cluster {
         let text = String::from_utf8_lossy(&out.stdout);
         match self.kind {
             Kind::Zk(_) => text.contains("Mode: leader") || text.contains("Mode: standalone"),
-            Kind::Etcd(_) => text.lines().any(|l| l.trim() == "etcd_server_is_leader 1"),
+            _ => text.lines().any(|l| l.trim() == "etcd_server_is_leader 1"),
         }
     }
 
     /// The member that says it leads now (a paused one answers nothing).
     pub fn leader(&self) -> Option<usize> {
-        (0..self.members.len()).find(|&i| {
+        (0..VOTERS.min(self.members.len())).find(|&i| {
             let m = &self.members[i];
             m.is_running() && !m.paused && self.is_leader(i)
         })

@@ -1,5 +1,6 @@
 //! The fault campaign: a cluster whose members live in network namespaces
-//! ([`members`], [`crate::net::netns`]), client processes that lock and write
+//! ([`members`], [`crate::net::netns`]; a Kubernetes control plane in
+//! [`kube`]; or a local directory), client processes that lock and write
 //! through gates ([`client`]), a seeded nemesis that partitions, pauses and
 //! kills ([`nemesis`]), the controller that records one history
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
@@ -8,6 +9,7 @@
 pub mod checker;
 pub mod client;
 pub mod history;
+pub mod kube;
 pub mod members;
 pub mod nemesis;
 pub mod rng;

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use super::history::{EventKind, NEMESIS};
+use super::kube::AdminAction;
+use super::members::{Kind, VOTERS};
 use super::rng::Rng;
 use super::run::{Clock, World};
 
@@ -33,6 +35,13 @@ pub enum Fault {
     ClockSlow,
     /// A client restarted with its clocks at double speed.
     ClockFast,
+    /// kube-apiserver killed (and started again at the end of the step).
+    KillApiserver,
+    /// kube-apiserver stopped (SIGSTOP): connections open, no answers.
+    PauseApiserver,
+    /// The campaign's Leases deleted by an admin while held: the clients
+    /// create them again, and a holder must notice it is no longer named.
+    DeleteLeases,
     /// A client restarted on a wall clock that then jumps 10 minutes
     /// forward (its monotonic clock untouched). Not an excuse for a late
     /// loss: leases are timed on the monotonic clock.
@@ -58,6 +67,9 @@ impl Fault {
             Fault::ClockFast => "clock-fast",
             Fault::WallJumpForward => "wall-jump-forward",
             Fault::WallJumpBack => "wall-jump-back",
+            Fault::KillApiserver => "kill-apiserver",
+            Fault::PauseApiserver => "pause-apiserver",
+            Fault::DeleteLeases => "delete-leases",
         }
     }
 }
@@ -65,7 +77,7 @@ impl Fault {
 /// Partitions between members come up most often: they are what leases
 /// get wrong. The last entry, etcd's maintenance, is left out on ZooKeeper
 /// (its maintenance here is the leader change).
-const CLUSTER_FAULTS: [Fault; 9] = [
+const MEMBER_FAULTS: [Fault; 9] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
@@ -76,6 +88,32 @@ const CLUSTER_FAULTS: [Fault; 9] = [
     Fault::KillLeader,
     Fault::CompactDefrag,
 ];
+/// Kubernetes: the faults of its etcd (a crash of the etcd leader, its
+/// maintenance), of the apiserver, and Lease deletion.
+const KUBE_FAULTS: [Fault; 9] = [
+    Fault::PartitionFollower,
+    Fault::PartitionLeader,
+    Fault::KillLeader,
+    Fault::PauseMember,
+    Fault::CompactDefrag,
+    Fault::KillApiserver,
+    Fault::PauseApiserver,
+    Fault::DeleteLeases,
+    Fault::DeleteLeases,
+];
+/// A local source has no server: its second lane is client faults too.
+const LOCAL_FAULTS: [Fault; 2] = [Fault::PauseClient, Fault::KillClient];
+
+/// The faults of the cluster lane of `kind`.
+fn cluster_lane(kind: Kind) -> &'static [Fault] {
+    match kind {
+        Kind::Local => &LOCAL_FAULTS,
+        Kind::Zk(_) => &MEMBER_FAULTS[..MEMBER_FAULTS.len() - 1],
+        Kind::Etcd(_) => &MEMBER_FAULTS,
+        Kind::Kube => &KUBE_FAULTS,
+    }
+}
+
 /// The first three need no clock of their own; the others put the client
 /// on a faked clock, one client at a time.
 const CLIENT_FAULTS: [Fault; 7] = [
@@ -119,44 +157,47 @@ pub struct Started(Vec<(u64, Undo)>);
 pub struct Nemesis {
     rng: Rng,
     clients: usize,
-    /// Compaction and defragmentation exist only on etcd.
-    etcd: bool,
+    kind: Kind,
+    /// The longest step: well past a lease, so that a holder cut off or
+    /// paused for a whole step is taken over while it still believes.
+    longest: Duration,
     next_id: u64,
     /// A clock fault outlives its step (a restarted client needs time to
     /// connect and hold on its odd clock): its id, client and end.
     clock: Option<(u64, usize, Instant)>,
 }
 
+/// A hold older than this is a long one (short holds last at most 150 ms).
+const LONG_HOLD_NS: u64 = 300_000_000;
+
 /// How long a client runs on a faked clock.
 const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
 impl Nemesis {
-    pub fn new(rng: Rng, clients: usize, etcd: bool) -> Self {
+    pub fn new(rng: Rng, clients: usize, kind: Kind, ttl: Duration) -> Self {
         Nemesis {
             rng,
             clients,
-            etcd,
+            kind,
+            longest: (ttl * 5 / 2).max(Duration::from_millis(2500)),
             next_id: 0,
             clock: None,
         }
     }
 
     pub fn next_step(&mut self) -> Step {
+        // One client on a faked clock at a time; no network to cut a local
+        // client from.
+        let clocks = if self.clock.is_some() {
+            3
+        } else {
+            CLIENT_FAULTS.len()
+        };
+        let first = usize::from(self.kind == Kind::Local);
         Step {
-            cluster: *self.rng.pick(if self.etcd {
-                &CLUSTER_FAULTS[..]
-            } else {
-                &CLUSTER_FAULTS[..CLUSTER_FAULTS.len() - 1]
-            }),
-            // One client on a faked clock at a time.
-            client: *self.rng.pick(if self.clock.is_some() {
-                &CLIENT_FAULTS[..3]
-            } else {
-                &CLIENT_FAULTS[..]
-            }),
-            duration: self
-                .rng
-                .duration(Duration::from_millis(800), Duration::from_millis(2500)),
+            cluster: *self.rng.pick(cluster_lane(self.kind)),
+            client: *self.rng.pick(&CLIENT_FAULTS[first..clocks]),
+            duration: self.rng.duration(Duration::from_millis(800), self.longest),
             gap: self
                 .rng
                 .duration(Duration::from_millis(300), Duration::from_millis(800)),
@@ -171,10 +212,14 @@ impl Nemesis {
     ) -> Result<Started, String> {
         let mut started = Vec::new();
         for fault in [*cluster_fault, *client_fault] {
+            // Stamped when the action begins: a Lease deletion takes effect
+            // before the helper that made it has said so.
+            let at = world.recorder.now_ns();
             let (target, undo) = self.apply(world, fault).await?;
             self.next_id += 1;
             let id = self.next_id;
-            world.recorder.record(
+            world.recorder.record_at(
+                at,
                 NEMESIS,
                 EventKind::FaultStart {
                     fault: fault.name().into(),
@@ -241,9 +286,47 @@ impl Nemesis {
         Ok(())
     }
 
+    /// The client to cut off or pause: mostly one in a long hold (held
+    /// past the longest short hold, waiting up to 1.5 s for one to
+    /// appear), the case that tests a lease; sometimes any.
+    async fn victim(&mut self, world: &World) -> usize {
+        if self.rng.below(4) != 0 {
+            let waited = Instant::now();
+            while waited.elapsed() < Duration::from_millis(1500) {
+                let holders = world.recorder.holders();
+                let long = holders.iter().find(|(_, held)| *held > LONG_HOLD_NS);
+                if let Some(c) =
+                    long.and_then(|(name, _)| world.clients.iter().position(|c| &c.name == name))
+                {
+                    return c;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        self.rng.below(self.clients)
+    }
+
     /// Starts one fault; returns its target's name and how to undo it.
     async fn apply(&mut self, world: &mut World, fault: Fault) -> Result<(String, Undo), String> {
-        let members = cluster(world)?.members.len();
+        match fault {
+            Fault::PauseClient
+            | Fault::KillClient
+            | Fault::ClockSlow
+            | Fault::ClockFast
+            | Fault::WallJumpForward
+            | Fault::WallJumpBack => self.apply_to_client(world, fault).await,
+            _ => self.apply_to_cluster(world, fault).await,
+        }
+    }
+
+    /// A fault of the members, the links, or the apiserver.
+    async fn apply_to_cluster(
+        &mut self,
+        world: &mut World,
+        fault: Fault,
+    ) -> Result<(String, Undo), String> {
+        let all = cluster(world)?.members.len();
+        let members = all.min(VOTERS);
         let leader = cluster(world)?.leader();
         let member_hosts: Vec<_> = cluster(world)?
             .members
@@ -264,7 +347,7 @@ impl Nemesis {
                     },
                     (_, None) => self.rng.below(members),
                 };
-                let others: Vec<_> = (0..members).filter(|&i| i != victim).collect();
+                let others: Vec<_> = (0..all).filter(|&i| i != victim).collect();
                 let rest: Vec<_> = others.iter().map(|&i| &member_hosts[i]).collect();
                 net()?
                     .split(&[&member_hosts[victim]], &rest)
@@ -304,7 +387,7 @@ impl Nemesis {
                 }
             }
             Fault::PartitionClient => {
-                let c = self.rng.below(self.clients);
+                let c = self.victim(world).await;
                 let host = world.clients[c]
                     .host
                     .clone()
@@ -313,8 +396,34 @@ impl Nemesis {
                 net()?.split(&[&host], &all).map_err(|e| e.to_string())?;
                 Ok((world.clients[c].name.clone(), Undo::Heal))
             }
+            Fault::KillApiserver | Fault::PauseApiserver => {
+                let api = all - 1;
+                let member = &mut cluster(world)?.members[api];
+                if fault == Fault::PauseApiserver {
+                    member.pause();
+                    Ok(("apiserver".into(), Undo::ResumeMember(api)))
+                } else {
+                    member.kill();
+                    Ok(("apiserver".into(), Undo::RestartMember(api)))
+                }
+            }
+            Fault::DeleteLeases => {
+                let done = kube_admin(world, AdminAction::DeleteLeases).await;
+                Ok((done, Undo::Nothing))
+            }
+            _ => Err(format!("{} is not a cluster fault", fault.name())),
+        }
+    }
+
+    /// A fault of one client process or its clock.
+    async fn apply_to_client(
+        &mut self,
+        world: &mut World,
+        fault: Fault,
+    ) -> Result<(String, Undo), String> {
+        match fault {
             Fault::PauseClient => {
-                let c = self.rng.below(self.clients);
+                let c = self.victim(world).await;
                 world.clients[c].signal(Signal::STOP);
                 Ok((world.clients[c].name.clone(), Undo::ResumeClient(c)))
             }
@@ -349,6 +458,7 @@ impl Nemesis {
                     Undo::JumpThenRealClock(c, secs),
                 ))
             }
+            _ => Err(format!("{} is not a client fault", fault.name())),
         }
     }
 }
@@ -376,15 +486,43 @@ async fn maintain(world: &World, i: usize) -> String {
     let member = &cluster.members[i];
     let mut cmd = member.host.command(world.exe());
     cmd.args(["maintain", "--endpoint", &cluster.endpoint(i)]);
+    helper_output(cmd, Duration::from_secs(10)).await
+}
+
+/// Runs a helper job of the campaign binary; its output, or why it failed.
+async fn helper_output(cmd: std::process::Command, limit: Duration) -> String {
     let run = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .output();
-    match tokio::time::timeout(Duration::from_secs(10), run).await {
+    match tokio::time::timeout(limit, run).await {
         Ok(Ok(out)) if out.status.success() => {
             String::from_utf8_lossy(&out.stdout).trim().to_owned()
         }
         Ok(Ok(out)) => format!("failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
         Ok(Err(e)) => format!("failed: {e}"),
-        Err(_) => "failed: no answer within 10 s".into(),
+        Err(_) => format!("failed: no answer within {limit:?}"),
     }
+}
+
+/// Runs `campaign kube-admin` in the apiserver's namespace; says what
+/// happened, for the history.
+pub async fn kube_admin(world: &World, action: AdminAction) -> String {
+    use clap::ValueEnum;
+    let Some(cluster) = world.cluster.as_ref() else {
+        return "no cluster".into();
+    };
+    let (Some(api), Some(kubeconfig)) = (cluster.members.last(), &cluster.kubeconfig) else {
+        return "no apiserver".into();
+    };
+    let mut cmd = api.host.command(world.exe());
+    cmd.arg("kube-admin")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--action")
+        .arg(
+            action
+                .to_possible_value()
+                .map_or("?".into(), |v| v.get_name().to_owned()),
+        );
+    helper_output(cmd, Duration::from_secs(10)).await
 }

@@ -17,8 +17,9 @@ use tokio::process::{Child, ChildStdin};
 use super::checker::{self, Report};
 use super::client::{ClientLine, Reply};
 use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
+use super::kube::AdminAction;
 use super::members::{Cluster, Kind};
-use super::nemesis::Nemesis;
+use super::nemesis::{kube_admin, Nemesis};
 use super::rng::Rng;
 use super::timeline;
 use crate::net::netns::{Host, Network};
@@ -116,6 +117,28 @@ impl Recorder {
             .find(|e| matches!(e.kind, EventKind::Grant { .. }))?;
         let index: usize = last.client.strip_prefix('c')?.parse().ok()?;
         (index >= 1 && index <= members).then(|| index - 1)
+    }
+
+    /// The clients that hold a grant now, as far as their reports go, with
+    /// how long they have held it (ns), longest first.
+    pub fn holders(&self) -> Vec<(String, u64)> {
+        let events = self.events.lock().unwrap();
+        let mut since: HashMap<&str, Option<u64>> = HashMap::new();
+        for e in events.iter() {
+            let held = match e.kind {
+                EventKind::Grant { .. } => Some(e.at_ns),
+                EventKind::Release { .. } | EventKind::Lost { .. } | EventKind::Crash {} => None,
+                _ => continue,
+            };
+            since.insert(e.client.as_str(), held);
+        }
+        let now = self.now_ns();
+        let mut held: Vec<(String, u64)> = since
+            .into_iter()
+            .filter_map(|(c, at)| Some((c.to_owned(), now.saturating_sub(at?))))
+            .collect();
+        held.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        held
     }
 
     /// Whether any client was granted the lock after `since_ns`.
@@ -436,47 +459,30 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             "{FAKETIME_LIB} is missing (clock faults): run scripts/install/netns.sh"
         ));
     }
-    let members = 3;
-    let mut network = Network::create(NS_PREFIX, 213).map_err(|e| e.to_string())?;
-    let mut member_hosts = Vec::new();
-    for i in 1..=members {
-        member_hosts.push(
-            network
-                .add_host(&format!("m{i}"))
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let mut client_hosts = Vec::new();
-    for i in 1..=cfg.clients {
-        client_hosts.push(
-            network
-                .add_host(&format!("c{i}"))
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    let cluster = Cluster::start(cfg.kind, &member_hosts, &cfg.out)?;
-    // Client i talks to member i only (so a cut-off member's clients still
-    // reach it, as in the partitions that break leases); the rest to all.
-    let all: Vec<usize> = (0..members).collect();
-    let urls = (0..cfg.clients)
-        .map(|i| {
-            if i < members {
-                cluster.url(&[i], cfg.ttl)
-            } else {
-                cluster.url(&all, cfg.ttl)
-            }
-        })
-        .collect();
+    let (network, cluster, client_hosts, urls) = if cfg.kind == Kind::Local {
+        // Clients share a state directory; none needs a network.
+        let state = cfg.out.join("state");
+        let url = format!("local://{}?ttl={}", state.display(), cfg.ttl.as_secs_f64());
+        (None, None, vec![None; cfg.clients], vec![url; cfg.clients])
+    } else {
+        let (network, cluster, hosts) = start_cluster(cfg)?;
+        let urls = (0..cfg.clients)
+            .map(|i| cluster.client_url(i, cfg.ttl))
+            .collect();
+        (Some(network), Some(cluster), hosts, urls)
+    };
     let gate = match cfg.kind {
         Kind::Zk(_) => "zk",
         Kind::Etcd(_) => "etcd",
+        // Only the controller's memory gate.
+        Kind::Local | Kind::Kube => "none",
     };
     let clients = client_hosts
         .into_iter()
         .enumerate()
         .map(|(i, host)| ClientProc {
             name: format!("c{}", i + 1),
-            host: Some(host),
+            host,
             child: None,
             stdin: Arc::new(tokio::sync::Mutex::new(None)),
             generation: 0,
@@ -485,8 +491,8 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         })
         .collect();
     let mut world = World {
-        network: Some(network),
-        cluster: Some(cluster),
+        network,
+        cluster,
         clients,
         recorder,
         spawner: Spawner {
@@ -501,10 +507,27 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         },
     };
     wait_for_leader(&world, Duration::from_secs(60)).await?;
+    if cfg.kind == Kind::Kube {
+        wait_for_apiserver(&world, Duration::from_secs(90)).await?;
+    }
     for i in 0..world.clients.len() {
         world.start_client(i).await?;
     }
     Ok(world)
+}
+
+/// The network, its members started, and one host per client.
+fn start_cluster(cfg: &Config) -> Result<(Network, Cluster, Vec<Option<Host>>), String> {
+    let mut network = Network::create(NS_PREFIX, 213).map_err(|e| e.to_string())?;
+    let mut add = |name: String| network.add_host(&name).map_err(|e| e.to_string());
+    let member_hosts = (1..=cfg.kind.members())
+        .map(|i| add(format!("m{i}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let client_hosts = (1..=cfg.clients)
+        .map(|i| add(format!("c{i}")).map(Some))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cluster = Cluster::start(cfg.kind, &member_hosts, &cfg.out)?;
+    Ok((network, cluster, client_hosts))
 }
 
 async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {
@@ -525,12 +548,33 @@ async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {
     ))
 }
 
+/// Waits until the apiserver's `/readyz` says ok.
+async fn wait_for_apiserver(world: &World, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < limit {
+        last = kube_admin(world, AdminAction::Ready).await;
+        if last == "ready" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let tail = world
+        .cluster
+        .as_ref()
+        .and_then(|c| c.members.last())
+        .map(|m| m.log_tail())
+        .unwrap_or_default();
+    Err(format!(
+        "kube-apiserver not ready within {limit:?} ({last}):\n{tail}"
+    ))
+}
+
 /// The fault schedule: two lanes (cluster faults, client faults) until the
 /// duration ends, then healing and a recovery window.
 async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     let deadline = Instant::now() + cfg.duration;
-    let etcd = matches!(cfg.kind, Kind::Etcd(_));
-    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len(), etcd);
+    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len(), cfg.kind, cfg.ttl);
     // Let the clients take their first grants before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
@@ -602,9 +646,12 @@ async fn finish(world: &mut World) -> Option<String> {
 /// their sessions had time to expire, asked from a client namespace by
 /// `campaign inspect` (the controller is not on the campaign network).
 async fn leftover_holder(world: &World) -> Option<String> {
-    let host = world.network.as_ref()?.hosts().last()?.clone();
     let url = world.spawner.urls.last()?.clone();
-    let mut cmd = host.command(&world.spawner.exe);
+    let exe = &world.spawner.exe;
+    let mut cmd = match world.network.as_ref().and_then(|n| n.hosts().last()) {
+        Some(host) => host.command(exe),
+        None => std::process::Command::new(exe),
+    };
     // A killed client's session or lease lives on until it expires.
     let within = world.spawner.ttl * 3 + Duration::from_secs(2);
     cmd.args([

@@ -1,0 +1,180 @@
+//! A Kubernetes control plane for the campaign: kube-apiserver in a
+//! namespace of its own, storing into the campaign's three etcd members,
+//! with a fresh CA, a serving certificate for its address and one
+//! `system:masters` client certificate that every campaign client uses (the
+//! campaign is about faults; least privilege is tested elsewhere).
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+
+use crate::net::netns::Host;
+use crate::pki::{write_pem, Ca};
+
+/// The apiserver's port on its own address.
+pub const APISERVER_PORT: u16 = 6443;
+/// Where the campaign's Leases live: it exists in every new cluster.
+pub const NAMESPACE: &str = "default";
+
+/// The files a client needs, and how to start the apiserver.
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    pub command: Box<dyn Fn() -> Command + Send + Sync>,
+}
+
+/// Writes the certificates and the kubeconfig under `dir` for an apiserver
+/// on `api` storing into the etcd members at `etcd`.
+pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPlane, String> {
+    let binary = crate::kubernetes::cluster::apiserver_binary().map_err(|e| e.to_string())?;
+    let pki = dir.join("pki");
+    std::fs::create_dir_all(&pki).map_err(|e| e.to_string())?;
+    let ca = Ca::new("fencing campaign CA").map_err(|e| e.to_string())?;
+    let ip = api.ip.to_string();
+    let server = ca
+        .sign("kube-apiserver", None, &[ip.as_str()], &[ServerAuth])
+        .map_err(|e| e.to_string())?;
+    let admin = ca
+        .sign("campaign-admin", Some("system:masters"), &[], &[ClientAuth])
+        .map_err(|e| e.to_string())?;
+    let sa = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let file = |name: &str| pki.join(name);
+    for (name, pem) in [
+        ("ca.pem", ca.cert_pem()),
+        ("apiserver.pem", server.cert.as_str()),
+        ("apiserver-key.pem", server.key.as_str()),
+        ("admin.pem", admin.cert.as_str()),
+        ("admin-key.pem", admin.key.as_str()),
+        ("sa-key.pem", &sa.serialize_pem()),
+        ("sa.pub", &sa.public_key_pem()),
+    ] {
+        write_pem(&file(name), pem).map_err(|e| e.to_string())?;
+    }
+    let kubeconfig = dir.join("kubeconfig.yaml");
+    std::fs::write(&kubeconfig, kubeconfig_yaml(api.ip, &pki)).map_err(|e| e.to_string())?;
+    let etcd_servers: Vec<String> = etcd
+        .iter()
+        .map(|h| format!("http://{}:2379", h.ip))
+        .collect();
+    let etcd_servers = etcd_servers.join(",");
+    let host = api.clone();
+    let cert_dir = dir.join("cert");
+    let command = Box::new(move || {
+        let file = |name: &str| pki.join(name);
+        let mut cmd = host.command(&binary);
+        cmd.arg(format!("--etcd-servers={etcd_servers}"))
+            .arg(format!("--bind-address={ip}"))
+            .arg(format!("--advertise-address={ip}"))
+            .arg(format!("--secure-port={APISERVER_PORT}"))
+            .arg("--endpoint-reconciler-type=none")
+            .arg(format!("--cert-dir={}", cert_dir.display()))
+            .arg(format!(
+                "--tls-cert-file={}",
+                file("apiserver.pem").display()
+            ))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                file("apiserver-key.pem").display()
+            ))
+            .arg(format!("--client-ca-file={}", file("ca.pem").display()))
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg(format!(
+                "--service-account-key-file={}",
+                file("sa.pub").display()
+            ))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                file("sa-key.pem").display()
+            ))
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--enable-priority-and-fairness=false")
+            .arg("--profiling=false");
+        cmd
+    });
+    Ok(ControlPlane {
+        kubeconfig,
+        command,
+    })
+}
+
+/// The admin's kubeconfig, file paths to the PEM files.
+fn kubeconfig_yaml(ip: Ipv4Addr, pki: &Path) -> String {
+    let p = |name: &str| pki.join(name).display().to_string();
+    format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters:\n- name: campaign\n  cluster:\n    server: https://{ip}:{APISERVER_PORT}\n    certificate-authority: {ca}\n\
+         users:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
+         contexts:\n- name: admin@campaign\n  context:\n    cluster: campaign\n    user: admin\n    namespace: {NAMESPACE}\n\
+         current-context: admin@campaign\n",
+        ca = p("ca.pem"),
+        cert = p("admin.pem"),
+        key = p("admin-key.pem"),
+    )
+}
+
+/// The URL of a campaign client: leases of `ttl` (whole seconds), one
+/// second per request.
+pub fn source_url(kubeconfig: &Path, ttl: Duration) -> String {
+    format!(
+        "kube://{NAMESPACE}?kubeconfig={}&ttl={}&timeout=1",
+        kubeconfig.display(),
+        ttl.as_secs().max(1)
+    )
+}
+
+/// What `campaign kube-admin` does, run inside a namespace of the campaign
+/// network (the controller is not on it).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum AdminAction {
+    /// Wait until `/readyz` says ok.
+    Ready,
+    /// Delete the campaign's Leases (their holders must notice).
+    DeleteLeases,
+}
+
+/// Runs `action` as the admin of `kubeconfig`; says what happened.
+pub async fn admin(
+    kubeconfig: &Path,
+    action: AdminAction,
+    leases: &[&str],
+) -> Result<String, String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    match action {
+        AdminAction::Ready => {
+            let request = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| e.to_string())?;
+            let body = client
+                .request_text(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            if body.trim() == "ok" {
+                Ok("ready".into())
+            } else {
+                Err(format!("/readyz said {body:?}"))
+            }
+        }
+        AdminAction::DeleteLeases => {
+            let api: kube::Api<Lease> = kube::Api::namespaced(client, NAMESPACE);
+            let mut deleted = Vec::new();
+            for name in leases {
+                match api.delete(name, &Default::default()).await {
+                    Ok(_) => deleted.push(*name),
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(format!("deleting Lease {name}: {e}")),
+                }
+            }
+            Ok(format!("deleted {deleted:?}"))
+        }
+    }
+}
