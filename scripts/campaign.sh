@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A fault campaign against a real cluster in network namespaces (root):
-#   scripts/campaign.sh --backend local|zk|zk38|etcd|etcd34|kube [--minutes N] [--seed S] [--out DIR] [--workload lock|elect]
+#   scripts/campaign.sh --backend local|zk|zk38|etcd|etcd34|kube [--minutes N] [--seed S] [--out DIR] [--workload lock|elect|fence-run]
 # Builds the campaign binary, runs it, and leaves history.jsonl,
 # timeline.html and the member/client logs in the output directory.
 # Exit status 1 means a safety property was violated (the seed is printed).
@@ -17,6 +17,6 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$backend" ] || { echo "usage: scripts/campaign.sh --backend local|zk|zk38|etcd|etcd34|kube [--minutes N]" >&2; exit 2; }
 export FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
-cargo build --locked -q --release -p fencing-integration --bin campaign
+cargo build --locked -q --release -p fencing-integration --bin campaign -p fencing-cli --bin fence
 target_dir="${CARGO_TARGET_DIR:-target}"
 exec "$target_dir/release/campaign" run --backend "$backend" --seconds "$((minutes * 60))" "${extra[@]}"

@@ -36,6 +36,8 @@ bash scripts/compose-test.sh
 # The benchmarks start helper processes (the holder binary) from the same
 # release directory, so build every integration binary first.
 cargo build --locked -q --release -p fencing-integration --bins
+# The fence-run campaign runs the CLI from the same directory.
+cargo build --locked -q --release -p fencing-cli --bin fence
 
 # Seeded fault campaigns on real clusters in network namespaces: partitions,
 # pauses and kills while clients lock and write through gates; the history
@@ -44,13 +46,16 @@ cargo build --locked -q --release -p fencing-integration --bins
 # fewer grants per minute under these faults than ZooKeeper (a waiter's
 # session dies with its member; etcd 3.4 also stalls for up to 20 s), so it
 # runs longer, and 3.4 is held to a lower floor until that is fixed.
-# The elect runs make the clients LeaderElector candidates doing gated work.
+# The elect runs make the clients LeaderElector candidates doing gated work;
+# the fence-run run makes them run `fence run`, whose command (half of them
+# ignoring SIGTERM) writes with FENCING_TOKEN.
 # local runs LocalSource clients on one directory (client and clock faults);
 # kube runs kube-apiserver on three etcd members (apiserver kills and
 # pauses, Lease deletion, and the etcd faults).
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
 for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" \
-           "etcd34 120 100 lock" "kube 90 150 lock" "zk 60 250 elect" "etcd 90 150 elect"; do
+           "etcd34 120 100 lock" "kube 90 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
+           "zk 60 250 fence-run"; do
     set -- $run
     out="$campaign_out/$1-$4"
     echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"

@@ -19,9 +19,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fencing::{FencingSource, ResourceName};
 use fencing_election::ElectionConfig;
 use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
+use fencing_integration::campaign::fence_run;
 use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
-use fencing_integration::campaign::run::{self, Config, LOCKS};
+use fencing_integration::campaign::run::{self, Config, Workload, LOCKS};
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::zk::ensemble::ZkVersion;
 
@@ -72,16 +73,33 @@ struct RunArgs {
     /// Where the history, the time line and the logs go
     #[arg(long)]
     out: Option<PathBuf>,
-    /// What the clients do: take the lock, or campaign as LeaderElector
-    /// candidates (`LeaderElector::run` with gated work)
+    /// What the clients do: take the lock, campaign as LeaderElector
+    /// candidates (`LeaderElector::run` with gated work), or run `fence run`
+    /// whose command writes with FENCING_TOKEN
     #[arg(long, value_enum, default_value_t = Workload::Lock)]
     workload: Workload,
 }
 
-#[derive(Clone, Copy, ValueEnum, Debug, PartialEq, Eq)]
-enum Workload {
-    Lock,
-    Elect,
+#[derive(clap::Args)]
+struct ClientArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    source: String,
+    #[arg(long)]
+    gate: String,
+    #[arg(long)]
+    lock: String,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    seed: u64,
+    /// Be a LeaderElector candidate rather than a lock user
+    #[arg(long)]
+    elect: bool,
+    /// Run `fence run` over and over rather than use the library
+    #[arg(long, conflicts_with = "elect")]
+    fence_run: bool,
 }
 
 #[derive(Subcommand)]
@@ -90,22 +108,19 @@ enum Command {
     Run(RunArgs),
     /// One client (started by `run` inside its namespace)
     #[command(hide = true)]
-    Client {
+    Client(ClientArgs),
+    /// The command of a `fence run` client: holds with FENCING_TOKEN
+    #[command(hide = true)]
+    Child {
         #[arg(long)]
-        name: String,
-        #[arg(long)]
-        source: String,
-        #[arg(long)]
-        gate: String,
+        socket: PathBuf,
         #[arg(long)]
         lock: String,
         #[arg(long)]
-        ttl_ms: u64,
+        hold_ms: u64,
+        /// Ignore SIGTERM
         #[arg(long)]
-        seed: u64,
-        /// Be a LeaderElector candidate rather than a lock user
-        #[arg(long)]
-        elect: bool,
+        stubborn: bool,
     },
     /// Compacts an etcd member's history up to now and defragments it
     /// (started by `run` inside the member's namespace)
@@ -144,15 +159,13 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => campaign(args).await,
-            Command::Client {
-                name,
-                source,
-                gate,
+            Command::Client(args) => client_main(args).await,
+            Command::Child {
+                socket,
                 lock,
-                ttl_ms,
-                seed,
-                elect,
-            } => client_main(name, source, gate, lock, ttl_ms, seed, elect).await,
+                hold_ms,
+                stubborn,
+            } => child_main(socket, lock, hold_ms, stubborn).await,
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
             Command::KubeAdmin { kubeconfig, action } => kube_admin(kubeconfig, action).await,
@@ -198,7 +211,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         ttl,
         min_grants,
         min_faults,
-        elect: workload == Workload::Elect,
+        workload,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,
@@ -267,19 +280,45 @@ async fn open(source: &str) -> Result<(Arc<dyn FencingSource>, Option<GateMaker>
     }
 }
 
-async fn client_main(
-    name: String,
-    source: String,
-    gate: String,
-    lock: String,
-    ttl_ms: u64,
-    seed: u64,
-    elect: bool,
-) -> ExitCode {
+/// Short holds, and sometimes a long one: long enough, at the top, to
+/// outlast a lease, so that a holder cut off in one is taken over while it
+/// still holds.
+fn plan(resource: ResourceName, ttl: Duration, seed: u64) -> ClientPlan {
+    ClientPlan {
+        resource,
+        ttl,
+        acquire_wait: Duration::from_secs(5),
+        hold: (Duration::from_millis(10), Duration::from_millis(150)),
+        long_hold_percent: 5,
+        long_hold: (
+            Duration::from_millis(1000),
+            (ttl * 5 / 2).max(Duration::from_secs(3)),
+        ),
+        write_every: WRITE_EVERY,
+        seed,
+    }
+}
+
+/// How often a holder writes.
+const WRITE_EVERY: Duration = Duration::from_millis(25);
+
+async fn client_main(args: ClientArgs) -> ExitCode {
+    let name = args.name;
+    let resource = match ResourceName::new(args.lock) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let plan = plan(resource, Duration::from_millis(args.ttl_ms), args.seed);
+    if args.fence_run {
+        return fence_run_client(name, args.source, plan).await;
+    }
     // A client that cannot connect yet (its member down) keeps trying: the
     // campaign decides when it stops.
     let (source, cluster_gate) = loop {
-        match open(&source).await {
+        match open(&args.source).await {
             Ok(pair) => break pair,
             Err(e) => {
                 eprintln!("{name}: {e}");
@@ -287,31 +326,10 @@ async fn client_main(
             }
         }
     };
-    let plan = ClientPlan {
-        resource: match ResourceName::new(lock) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("{name}: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        ttl: Duration::from_millis(ttl_ms),
-        acquire_wait: Duration::from_secs(5),
-        hold: (Duration::from_millis(10), Duration::from_millis(150)),
-        long_hold_percent: 5,
-        // Long enough, at the top, to outlast a lease: a holder cut off in
-        // one is taken over while it still holds.
-        long_hold: (
-            Duration::from_millis(1000),
-            (Duration::from_millis(ttl_ms) * 5 / 2).max(Duration::from_secs(3)),
-        ),
-        write_every: Duration::from_millis(25),
-        seed,
-    };
-    let gate = cluster_gate.map(|g| (gate, g));
+    let gate = cluster_gate.map(|g| (args.gate, g));
     // The lease is the session; a leader steps down at 3/4 of it, well
     // after the renewal at 1/3 (the elector refuses less than 1.2 x that).
-    let election = elect.then(|| {
+    let election = args.elect.then(|| {
         ElectionConfig::new(name.as_str())
             .lease_duration(plan.ttl)
             .renew_deadline(plan.ttl * 3 / 4)
@@ -319,6 +337,51 @@ async fn client_main(
     });
     client::run(source, gate, plan, election).await;
     ExitCode::SUCCESS
+}
+
+/// A client of the `fence run` workload: `fence` is the CLI built beside
+/// this binary.
+async fn fence_run_client(name: String, source: String, plan: ClientPlan) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let wrapper = fence_run::Wrapper {
+        fence: exe.with_file_name("fence"),
+        socket: fence_run::socket_path(&name),
+        exe,
+        source,
+        lock: plan.resource.as_str().to_owned(),
+        ttl: plan.ttl,
+        seed: plan.seed,
+        hold: plan.hold,
+        long_hold_percent: plan.long_hold_percent,
+        long_hold: plan.long_hold,
+    };
+    let socket = wrapper.socket.clone();
+    let outcome = fence_run::run_wrapper(wrapper).await;
+    let _ = std::fs::remove_file(socket);
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn child_main(socket: PathBuf, lock: String, hold_ms: u64, stubborn: bool) -> ExitCode {
+    let hold = Duration::from_millis(hold_ms);
+    match fence_run::run_child(&socket, lock, hold, WRITE_EVERY, stubborn).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("child: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 async fn inspect(source: String, within_ms: u64) -> ExitCode {

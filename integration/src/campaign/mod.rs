@@ -8,6 +8,7 @@
 
 pub mod checker;
 pub mod client;
+pub mod fence_run;
 pub mod history;
 pub mod kube;
 pub mod members;

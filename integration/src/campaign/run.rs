@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencing::{FencingToken, Gate, MemoryGate, ResourceName};
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 
@@ -33,6 +33,19 @@ const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.
 /// Namespaces of a campaign start with this (leftovers are removed).
 const NS_PREFIX: &str = "fcamp-";
 
+/// What the clients do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// Take the lock, write through the gates, release.
+    Lock,
+    /// Campaign as `LeaderElector` candidates (`LeaderElector::run` with
+    /// gated work).
+    Elect,
+    /// Run `fence run`, whose command writes with `FENCING_TOKEN`
+    /// ([`super::fence_run`]).
+    FenceRun,
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -47,8 +60,8 @@ pub struct Config {
     /// exercised too little proves too little.
     pub min_grants: usize,
     pub min_faults: usize,
-    /// The clients are `LeaderElector` candidates instead of lock users.
-    pub elect: bool,
+    /// What the clients do.
+    pub workload: Workload,
 }
 
 /// What a run found.
@@ -183,9 +196,12 @@ impl ClientProc {
             .and_then(|p| Pid::from_raw(p as i32))
     }
 
+    /// Signals the client's process group: the client and, in the `fence
+    /// run` workload, `fence run` itself (its command and watchdog have
+    /// groups of their own, as in production).
     pub fn signal(&self, signal: Signal) {
         if let Some(pid) = self.pid() {
-            let _ = kill_process(pid, signal);
+            let _ = kill_process_group(pid, signal);
         }
     }
 
@@ -225,7 +241,7 @@ struct Spawner {
     gate: &'static str,
     ttl: Duration,
     seed: u64,
-    elect: bool,
+    workload: Workload,
     log_dir: PathBuf,
     memory: Arc<MemoryGate>,
 }
@@ -276,8 +292,14 @@ impl World {
             .args(["--lock", LOCKS[i % LOCKS.len()]])
             .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
             .args(["--seed", &seed.to_string()]);
-        if s.elect {
-            cmd.arg("--elect");
+        match s.workload {
+            Workload::Lock => {}
+            Workload::Elect => {
+                cmd.arg("--elect");
+            }
+            Workload::FenceRun => {
+                cmd.arg("--fence-run");
+            }
         }
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -286,7 +308,8 @@ impl World {
             .map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::from(log));
+            .stderr(Stdio::from(log))
+            .process_group(0);
         // SAFETY: one async-signal-safe prctl call.
         unsafe {
             cmd.pre_exec(|| {
@@ -459,6 +482,15 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             "{FAKETIME_LIB} is missing (clock faults): run scripts/install/netns.sh"
         ));
     }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let fence = exe.with_file_name("fence");
+    if cfg.workload == Workload::FenceRun && !fence.exists() {
+        return Err(format!(
+            "{} is missing (the fence-run workload runs it): \
+             cargo build --release -p fencing-cli",
+            fence.display()
+        ));
+    }
     let (network, cluster, client_hosts, urls) = if cfg.kind == Kind::Local {
         // Clients share a state directory; none needs a network.
         let state = cfg.out.join("state");
@@ -496,12 +528,12 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         clients,
         recorder,
         spawner: Spawner {
-            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+            exe,
             urls,
             gate,
             ttl: cfg.ttl,
             seed: cfg.seed,
-            elect: cfg.elect,
+            workload: cfg.workload,
             log_dir: cfg.out.clone(),
             memory: Arc::new(MemoryGate::new()),
         },
@@ -636,6 +668,8 @@ async fn finish(world: &mut World) -> Option<String> {
         c.kill().await;
     }
     let leftover = leftover_holder(world).await;
+    let names: Vec<String> = world.clients.iter().map(|c| c.name.clone()).collect();
+    super::fence_run::remove_sockets(&names);
     world.clients.clear();
     world.cluster = None;
     world.network = None;
