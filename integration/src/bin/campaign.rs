@@ -358,7 +358,10 @@ async fn fence_run_client(name: String, source: String, plan: ClientPlan) -> Exi
         ttl: plan.ttl,
         seed: plan.seed,
         hold: plan.hold,
-        long_hold_percent: plan.long_hold_percent,
+        // Four times the library clients' share: a `fence run` costs a
+        // process start per grant anyway, and only a long hold can be cut
+        // off and outlive its lease (the case its kill rule is for).
+        long_hold_percent: plan.long_hold_percent * 4,
         long_hold: plan.long_hold,
     };
     let socket = wrapper.socket.clone();
