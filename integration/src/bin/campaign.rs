@@ -349,20 +349,19 @@ async fn fence_run_client(name: String, source: String, plan: ClientPlan) -> Exi
             return ExitCode::from(2);
         }
     };
+    // Four times the library clients' share of long holds: a `fence run`
+    // costs a process start per grant anyway, and only a long hold can be
+    // cut off and outlive its lease (the case its kill rule is for).
+    let plan = ClientPlan {
+        long_hold_percent: plan.long_hold_percent * 4,
+        ..plan
+    };
     let wrapper = fence_run::Wrapper {
         fence: exe.with_file_name("fence"),
         socket: fence_run::socket_path(&name),
         exe,
         source,
-        lock: plan.resource.as_str().to_owned(),
-        ttl: plan.ttl,
-        seed: plan.seed,
-        hold: plan.hold,
-        // Four times the library clients' share: a `fence run` costs a
-        // process start per grant anyway, and only a long hold can be cut
-        // off and outlive its lease (the case its kill rule is for).
-        long_hold_percent: plan.long_hold_percent * 4,
-        long_hold: plan.long_hold,
+        plan,
     };
     let socket = wrapper.socket.clone();
     let outcome = fence_run::run_wrapper(wrapper).await;

@@ -201,7 +201,7 @@ impl Writer<'_> {
 
 /// Mostly short holds (many grants), sometimes long ones: only a hold that
 /// outlasts a session can be caught out by a partition.
-fn next_hold(rng: &mut Rng, plan: &ClientPlan) -> Duration {
+pub fn next_hold(rng: &mut Rng, plan: &ClientPlan) -> Duration {
     if rng.below(100) < plan.long_hold_percent {
         rng.duration(plan.long_hold.0, plan.long_hold.1)
     } else {

@@ -18,22 +18,19 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use super::client::{ClientLine, Reply};
+use super::client::{next_hold, ClientLine, ClientPlan, Reply};
 use super::rng::Rng;
 
 /// What one client does, and where.
 pub struct Wrapper {
+    /// The `fence` CLI.
     pub fence: PathBuf,
+    /// The campaign binary (its `child` command is what `fence run` runs).
     pub exe: PathBuf,
     pub source: String,
-    pub lock: String,
-    pub ttl: Duration,
     pub socket: PathBuf,
-    pub seed: u64,
-    /// Short and long holds, as the library clients draw them.
-    pub hold: (Duration, Duration),
-    pub long_hold_percent: usize,
-    pub long_hold: (Duration, Duration),
+    /// The lock, TTL, seed and holds, as a library client draws them.
+    pub plan: ClientPlan,
 }
 
 /// The socket of client `name`: named after the controller (the client's
@@ -70,39 +67,27 @@ pub async fn run_wrapper(w: Wrapper) -> std::io::Result<()> {
         }
         let _ = stop_tx.send(true);
     });
-    let mut rng = Rng::new(w.seed);
+    let mut rng = Rng::new(w.plan.seed);
+    let lock = w.plan.resource.as_str();
+    let ttl = w.plan.ttl.as_secs_f64().to_string();
     while !*stop.borrow() {
         send(&ClientLine::AcquireStart {
-            resource: w.lock.clone(),
+            resource: lock.to_owned(),
         })
         .await;
-        let hold = if rng.below(100) < w.long_hold_percent {
-            rng.duration(w.long_hold.0, w.long_hold.1)
-        } else {
-            rng.duration(w.hold.0, w.hold.1)
-        };
+        let hold = next_hold(&mut rng, &w.plan);
         // Half the commands ignore SIGTERM: only `fence run`'s
         // SIGKILL (or its watchdog's) stops them before the lease ends.
         let stubborn = rng.below(2) == 0;
         let mut fence = tokio::process::Command::new(&w.fence);
         fence
-            .args(["run", "--source", &w.source, "--lock", &w.lock])
-            .args([
-                "--ttl",
-                &w.ttl.as_secs_f64().to_string(),
-                "--wait",
-                WAIT_SECS,
-            ])
+            .args(["run", "--source", &w.source, "--lock", lock])
+            .args(["--ttl", &ttl, "--wait", WAIT_SECS])
             .arg("--")
             .arg(&w.exe)
             .args(["child", "--socket"])
             .arg(&w.socket)
-            .args([
-                "--lock",
-                &w.lock,
-                "--hold-ms",
-                &hold.as_millis().to_string(),
-            ])
+            .args(["--lock", lock, "--hold-ms", &hold.as_millis().to_string()])
             .args(stubborn.then_some("--stubborn"))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
