@@ -54,7 +54,7 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # pauses, Lease deletion, and the etcd faults).
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
 for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" \
-           "etcd34 120 100 lock" "kube 90 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
+           "etcd34 120 100 lock" "kube 120 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
            "zk 90 200 fence-run"; do
     set -- $run
     out="$campaign_out/$1-$4"
