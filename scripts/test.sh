@@ -11,11 +11,14 @@ fi
 
 # Each backend adds an installer here (cluster binaries, cached outside the
 # checkout in ${FENCING_CACHE:-$HOME/.cache/fencing}); they are idempotent.
-# Docker, etcd and ZooKeeper first: the Compose images are built from them.
+# Docker, etcd, ZooKeeper and kube-apiserver first: the Compose images are
+# built from them (on a fresh machine the glob's order would build the
+# images before kube-apiserver exists).
 shopt -s nullglob
 ran=" "
 for installer in scripts/install/docker.sh scripts/install/etcd.sh \
-                 scripts/install/zookeeper.sh scripts/install/*.sh; do
+                 scripts/install/zookeeper.sh scripts/install/kube-apiserver.sh \
+                 scripts/install/*.sh; do
     [[ "$ran" == *" $installer "* ]] && continue
     ran+="$installer "
     echo "== $installer"
