@@ -54,9 +54,12 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # ignoring SIGTERM) writes with FENCING_TOKEN.
 # local runs LocalSource clients on one directory (client and clock faults);
 # kube runs kube-apiserver on three etcd members (apiserver kills and
-# pauses, Lease deletion, and the etcd faults).
+# pauses, Lease deletion, and the etcd faults). Every client also writes to
+# a storage process (FencingLayer over a FileGate) that is killed and
+# paused; on etcd 3.6 the fourth client is an anchor, Go's
+# concurrency.Mutex, whose late writes must be refused.
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
-for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock" \
+for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock --anchor" \
            "etcd34 120 100 lock" "kube 120 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
            "zk 90 200 fence-run"; do
     set -- $run
@@ -64,7 +67,7 @@ for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300
     echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"
     rm -rf "${out:?}"
     "${CARGO_TARGET_DIR:-target}/release/campaign" run --backend "$1" --seconds "$2" --seed 12 \
-        --min-grants "$3" --min-faults 40 --workload "$4" --out "$out"
+        --min-grants "$3" --min-faults 40 --workload "$4" --out "$out" "${@:5}"
 done
 
 echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"

@@ -45,7 +45,7 @@ func fail(err error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: etcd-mutex contend|bench|held [flags]"))
+		fail(errors.New("usage: etcd-mutex contend|bench|held|campaign [flags]"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -55,8 +55,10 @@ func main() {
 		err = bench(os.Args[2:])
 	case "held":
 		err = held(os.Args[2:])
+	case "campaign":
+		err = runCampaign(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want contend, bench or held)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want contend, bench, held or campaign)", os.Args[1])
 	}
 	if err != nil {
 		fail(err)

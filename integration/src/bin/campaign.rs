@@ -23,6 +23,7 @@ use fencing_integration::campaign::fence_run;
 use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
 use fencing_integration::campaign::run::{self, Config, Workload, LOCKS};
+use fencing_integration::campaign::storage;
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::zk::ensemble::ZkVersion;
 
@@ -78,6 +79,11 @@ struct RunArgs {
     /// whose command writes with FENCING_TOKEN
     #[arg(long, value_enum, default_value_t = Workload::Lock)]
     workload: Workload,
+    /// The last client is an anchor instead: Go's concurrency.Mutex on the
+    /// same lock (etcd, lock workload), which hears of a lost lease late;
+    /// its stale writes must be refused
+    #[arg(long)]
+    anchor: bool,
 }
 
 #[derive(clap::Args)]
@@ -121,6 +127,13 @@ enum Command {
         /// Ignore SIGTERM
         #[arg(long)]
         stubborn: bool,
+    },
+    /// The storage the clients write to: a FileGate and one register per
+    /// lock in --dir (started by `run`)
+    #[command(hide = true)]
+    Storage {
+        #[arg(long)]
+        dir: PathBuf,
     },
     /// Compacts an etcd member's history up to now and defragments it
     /// (started by `run` inside the member's namespace)
@@ -166,6 +179,13 @@ fn main() -> ExitCode {
                 hold_ms,
                 stubborn,
             } => child_main(socket, lock, hold_ms, stubborn).await,
+            Command::Storage { dir } => match storage::serve(&dir).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("storage: {e}");
+                    ExitCode::from(2)
+                }
+            },
             Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
             Command::KubeAdmin { kubeconfig, action } => kube_admin(kubeconfig, action).await,
@@ -185,6 +205,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         min_grants,
         min_faults,
         workload,
+        anchor,
     } = args;
     let seed = seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
@@ -212,6 +233,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         min_grants,
         min_faults,
         workload,
+        anchor,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,

@@ -2,7 +2,8 @@
 //! ([`members`], [`crate::net::netns`]; a Kubernetes control plane in
 //! [`kube`]; or a local directory), client processes that lock and write
 //! through gates ([`client`]), a seeded nemesis that partitions, pauses and
-//! kills ([`nemesis`]), the controller that records one history
+//! kills ([`nemesis`]), the storage process behind a `FileGate` that the
+//! clients write to ([`storage`]), the controller that records one history
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
 //! self-contained HTML time line of the run ([`timeline`]).
 
@@ -15,4 +16,5 @@ pub mod members;
 pub mod nemesis;
 pub mod rng;
 pub mod run;
+pub mod storage;
 pub mod timeline;

@@ -48,6 +48,12 @@ pub enum Fault {
     WallJumpForward,
     /// The same, 10 minutes back.
     WallJumpBack,
+    /// The storage process SIGKILLed (and started again at the end of the
+    /// step): its gate's marks and acknowledged values must survive.
+    KillStorage,
+    /// The storage process stopped (SIGSTOP): writes in flight wait, and
+    /// are applied late.
+    PauseStorage,
 }
 
 impl Fault {
@@ -70,6 +76,8 @@ impl Fault {
             Fault::KillApiserver => "kill-apiserver",
             Fault::PauseApiserver => "pause-apiserver",
             Fault::DeleteLeases => "delete-leases",
+            Fault::KillStorage => "kill-storage",
+            Fault::PauseStorage => "pause-storage",
         }
     }
 }
@@ -126,11 +134,17 @@ const CLIENT_FAULTS: [Fault; 7] = [
     Fault::WallJumpBack,
 ];
 
+/// A third lane, in one step of four: the storage's faults.
+const STORAGE_FAULTS: [Fault; 2] = [Fault::KillStorage, Fault::PauseStorage];
+
 /// One step of the schedule.
 #[derive(Clone, Debug)]
 pub struct Step {
     pub cluster: Fault,
     pub client: Fault,
+    /// Starts `storage_at` into the step and ends with it (first).
+    pub storage: Option<Fault>,
+    pub storage_at: Duration,
     pub duration: Duration,
     pub gap: Duration,
 }
@@ -144,6 +158,8 @@ enum Undo {
     RestartMember(usize),
     ResumeClient(usize),
     RestartClient(usize),
+    RestartStorage,
+    ResumeStorage,
     /// Kill the client running on a faked clock, start it on the real one.
     RealClock(usize),
     /// Make the client's wall clock jump now (by this many seconds), then
@@ -194,24 +210,33 @@ impl Nemesis {
             CLIENT_FAULTS.len()
         };
         let first = usize::from(self.kind == Kind::Local);
+        let client = *self.rng.pick(&CLIENT_FAULTS[first..clocks]);
+        // A storage that forgets its marks in a crash is caught only by a
+        // holder frozen across the restart, whose writes arrive after it
+        // (late in the step, once the next holder has written): so half of
+        // the pauses get a storage crash.
+        let storage = if client == Fault::PauseClient && self.rng.below(2) == 0 {
+            Some(Fault::KillStorage)
+        } else {
+            (self.rng.below(4) == 0).then(|| *self.rng.pick(&STORAGE_FAULTS))
+        };
+        let duration = self.rng.duration(Duration::from_millis(800), self.longest);
         Step {
             cluster: *self.rng.pick(cluster_lane(self.kind)),
-            client: *self.rng.pick(&CLIENT_FAULTS[first..clocks]),
-            duration: self.rng.duration(Duration::from_millis(800), self.longest),
+            client,
+            storage,
+            storage_at: duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0),
+            duration,
             gap: self
                 .rng
                 .duration(Duration::from_millis(300), Duration::from_millis(800)),
         }
     }
 
-    pub async fn start(
-        &mut self,
-        world: &mut World,
-        cluster_fault: &Fault,
-        client_fault: &Fault,
-    ) -> Result<Started, String> {
+    /// Starts `faults` together.
+    pub async fn start(&mut self, world: &mut World, faults: &[Fault]) -> Result<Started, String> {
         let mut started = Vec::new();
-        for fault in [*cluster_fault, *client_fault] {
+        for &fault in faults {
             // Stamped when the action begins: a Lease deletion takes effect
             // before the helper that made it has said so.
             let at = world.recorder.now_ns();
@@ -266,6 +291,8 @@ impl Nemesis {
                     world.start_client(c).await?
                 }
                 Undo::RestartClient(_) => {}
+                Undo::RestartStorage => world.storage.restart().await?,
+                Undo::ResumeStorage => world.storage.signal(Signal::CONT).await,
                 // Deferred above.
                 Undo::RealClock(_) | Undo::JumpThenRealClock(..) => {}
             }
@@ -315,6 +342,14 @@ impl Nemesis {
             | Fault::ClockFast
             | Fault::WallJumpForward
             | Fault::WallJumpBack => self.apply_to_client(world, fault).await,
+            Fault::KillStorage => {
+                world.storage.kill().await;
+                Ok(("storage".into(), Undo::RestartStorage))
+            }
+            Fault::PauseStorage => {
+                world.storage.signal(Signal::STOP).await;
+                Ok(("storage".into(), Undo::ResumeStorage))
+            }
             _ => self.apply_to_cluster(world, fault).await,
         }
     }

@@ -9,7 +9,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencing::{FencingToken, Gate, MemoryGate, ResourceName};
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
@@ -21,6 +20,7 @@ use super::kube::AdminAction;
 use super::members::{Cluster, Kind};
 use super::nemesis::{kube_admin, Nemesis};
 use super::rng::Rng;
+use super::storage::{self, Storage};
 use super::timeline;
 use crate::net::netns::{Host, Network};
 
@@ -62,6 +62,21 @@ pub struct Config {
     pub min_faults: usize,
     /// What the clients do.
     pub workload: Workload,
+    /// The last client is an anchor instead: Go's `concurrency.Mutex`
+    /// (etcd, lock workload only).
+    pub anchor: bool,
+}
+
+impl Config {
+    /// Client `i`'s name (also its namespace's): `c1`, `c2`, ..., the
+    /// anchor `go<N>`.
+    fn client_name(&self, i: usize) -> String {
+        if self.anchor && i + 1 == self.clients {
+            format!("{}{}", checker::ANCHOR_PREFIX, i + 1)
+        } else {
+            format!("c{}", i + 1)
+        }
+    }
 }
 
 /// What a run found.
@@ -164,12 +179,15 @@ impl Recorder {
     }
 }
 
+/// Where a client's answers go (`None` once it stopped).
+type ClientStdin = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
+
 /// One client process and where it runs.
 pub struct ClientProc {
     pub name: String,
     pub host: Option<Host>,
     child: Option<Child>,
-    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    stdin: ClientStdin,
     generation: u64,
     /// The faked clock of the next start, if any.
     pub clock: Option<Clock>,
@@ -231,6 +249,8 @@ pub struct World {
     pub cluster: Option<Cluster>,
     pub clients: Vec<ClientProc>,
     pub recorder: Arc<Recorder>,
+    /// The storage process the clients write to.
+    pub storage: Arc<Storage>,
     spawner: Spawner,
 }
 
@@ -243,7 +263,8 @@ struct Spawner {
     seed: u64,
     workload: Workload,
     log_dir: PathBuf,
-    memory: Arc<MemoryGate>,
+    /// The Go anchor's binary, when the last client is one.
+    anchor: Option<PathBuf>,
 }
 
 impl World {
@@ -265,9 +286,11 @@ impl World {
         proc.generation += 1;
         let s = &self.spawner;
         let seed = s.seed ^ ((i as u64 + 1) << 32) ^ proc.generation;
+        let anchor = s.anchor.as_ref().filter(|_| checker::is_anchor(&proc.name));
+        let program = anchor.unwrap_or(&s.exe);
         let mut cmd = match &proc.host {
-            Some(host) => host.command(&s.exe),
-            None => std::process::Command::new(&s.exe),
+            Some(host) => host.command(program),
+            None => std::process::Command::new(program),
         };
         // libfaketime preloaded into the client itself (the faketime
         // wrapper would fork, and signals would miss the client).
@@ -285,20 +308,29 @@ impl World {
             }
             None => {}
         }
-        cmd.arg("client")
-            .args([
-                "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
-            ])
-            .args(["--lock", LOCKS[i % LOCKS.len()]])
-            .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
-            .args(["--seed", &seed.to_string()]);
-        match s.workload {
-            Workload::Lock => {}
-            Workload::Elect => {
-                cmd.arg("--elect");
-            }
-            Workload::FenceRun => {
-                cmd.arg("--fence-run");
+        if anchor.is_some() {
+            cmd.args(anchor_args(
+                &s.urls[i],
+                LOCKS[i % LOCKS.len()],
+                s.ttl,
+                seed,
+            )?);
+        } else {
+            cmd.arg("client")
+                .args([
+                    "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
+                ])
+                .args(["--lock", LOCKS[i % LOCKS.len()]])
+                .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
+                .args(["--seed", &seed.to_string()]);
+            match s.workload {
+                Workload::Lock => {}
+                Workload::Elect => {
+                    cmd.arg("--elect");
+                }
+                Workload::FenceRun => {
+                    cmd.arg("--fence-run");
+                }
             }
         }
         let log = std::fs::OpenOptions::new()
@@ -329,23 +361,77 @@ impl World {
             stdout,
             proc.stdin.clone(),
             self.recorder.clone(),
-            s.memory.clone(),
+            self.storage.clone(),
         ));
         Ok(())
     }
 }
 
-/// Turns one client's lines into events; answers its memory-gate writes.
+/// The Go anchor's binary, checked to exist, if the campaign has one.
+fn anchor_binary(cfg: &Config) -> Result<Option<PathBuf>, String> {
+    if !cfg.anchor {
+        return Ok(None);
+    }
+    if !matches!(cfg.kind, Kind::Etcd(_)) || cfg.workload != Workload::Lock {
+        return Err("an anchor client runs only on etcd with the lock workload".into());
+    }
+    let go = crate::cache::cached_bin("etcd-mutex");
+    if !go.exists() {
+        return Err(format!(
+            "{} is missing (the anchor client): run scripts/install/go-interop.sh",
+            go.display()
+        ));
+    }
+    Ok(Some(go))
+}
+
+/// The Go anchor's arguments on the lock of the etcd source `url`.
+fn anchor_args(url: &str, lock: &str, ttl: Duration, seed: u64) -> Result<Vec<String>, String> {
+    let parsed = url.strip_prefix("etcd://").and_then(|rest| {
+        let (hosts, path) = rest.split_once('/')?;
+        Some((hosts, path.split('?').next()?))
+    });
+    let Some((hosts, prefix)) = parsed else {
+        return Err(format!("the anchor needs an etcd source, not {url}"));
+    };
+    let long_hold = (ttl * 5 / 2)
+        .max(Duration::from_secs(3))
+        .as_millis()
+        .to_string();
+    let ttl = ttl.as_secs().max(1).to_string();
+    // Go's rand takes an int64 seed.
+    let seed = (seed >> 1).to_string();
+    Ok([
+        "campaign",
+        "--endpoints",
+        hosts,
+        "--prefix",
+        &format!("/{prefix}"),
+    ]
+    .into_iter()
+    .chain(["--lock", lock, "--ttl", &ttl, "--seed", &seed])
+    // Long holds four times as often as a Rust client's: only a hold
+    // that outlasts its lease shows what an anchor gets wrong.
+    .chain(["--long-hold-ms", &long_hold, "--long-percent", "20"])
+    .map(str::to_owned)
+    .collect())
+}
+
+/// Turns one client's lines into events; passes its writes to the storage.
 async fn relay(
     name: String,
     stdout: tokio::process::ChildStdout,
-    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    stdin: ClientStdin,
     recorder: Arc<Recorder>,
-    memory: Arc<MemoryGate>,
+    storage: Arc<Storage>,
 ) {
     let mut lines = BufReader::new(stdout).lines();
     let mut started: HashMap<u64, (u64, ClientLine)> = HashMap::new();
+    // Storage writes run beside the reading: a paused storage must not
+    // delay the stamps of the client's next lines (its loss above all).
+    let mut writes = tokio::task::JoinSet::new();
     while let Ok(Some(line)) = lines.next_line().await {
+        while writes.try_join_next().is_some() {}
         let at = recorder.now_ns();
         let Ok(parsed) = serde_json::from_str::<ClientLine>(&line) else {
             continue;
@@ -404,32 +490,41 @@ async fn relay(
                 token,
                 value,
             } => {
-                let accepted = match ResourceName::new(resource.as_str()) {
-                    Ok(r) => memory.admit(&r, FencingToken::new(token)).await.is_ok(),
-                    Err(_) => false,
-                };
-                let outcome = if accepted {
-                    WriteOutcome::Accepted
-                } else {
-                    WriteOutcome::Refused
-                };
-                recorder.record(
-                    &name,
-                    EventKind::Write {
-                        resource,
-                        token,
-                        gate: "memory".into(),
-                        start_ns: at,
-                        outcome,
-                        value,
-                    },
-                );
-                answer(&stdin, &Reply { id, accepted }).await;
+                let write = (storage.clone(), recorder.clone(), stdin.clone());
+                writes.spawn(store(write, name.clone(), at, id, resource, token, value));
                 continue;
             }
         };
         recorder.record_at(at, &name, kind);
     }
+}
+
+/// One write through the storage, recorded, and answered to the client.
+async fn store(
+    (storage, recorder, stdin): (Arc<Storage>, Arc<Recorder>, ClientStdin),
+    client: String,
+    start_ns: u64,
+    id: u64,
+    resource: String,
+    token: u64,
+    value: u64,
+) {
+    let outcome = match storage.write(&resource, token, value).await {
+        Some(true) => WriteOutcome::Accepted,
+        Some(false) => WriteOutcome::Refused,
+        None => WriteOutcome::Unknown,
+    };
+    let write = EventKind::Write {
+        resource,
+        token,
+        gate: storage::GATE.into(),
+        start_ns,
+        outcome,
+        value,
+    };
+    recorder.record(&client, write);
+    let accepted = outcome == WriteOutcome::Accepted;
+    answer(&stdin, &Reply { id, accepted }).await;
 }
 
 async fn answer(stdin: &tokio::sync::Mutex<Option<ChildStdin>>, reply: &Reply) {
@@ -448,9 +543,10 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let mut world = setup(&cfg, recorder.clone()).await?;
     let result = campaign(&cfg, &mut world).await;
     let leftover = finish(&mut world).await;
+    let stored = world.storage.finish().await;
     result?;
     let events = recorder.events();
-    let report = checker::check(&events);
+    let report = checker::check_with_stored(&events, &stored?);
     let timeline_path = cfg.out.join("timeline.html");
     let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
     std::fs::write(
@@ -506,27 +602,29 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
     let gate = match cfg.kind {
         Kind::Zk(_) => "zk",
         Kind::Etcd(_) => "etcd",
-        // Only the controller's memory gate.
+        // Only the storage's file gate.
         Kind::Local | Kind::Kube => "none",
     };
     let clients = client_hosts
         .into_iter()
         .enumerate()
         .map(|(i, host)| ClientProc {
-            name: format!("c{}", i + 1),
+            name: cfg.client_name(i),
             host,
             child: None,
             stdin: Arc::new(tokio::sync::Mutex::new(None)),
             generation: 0,
             clock: None,
-            clock_file: cfg.out.join(format!("c{}.faketime", i + 1)),
+            clock_file: cfg.out.join(format!("{}.faketime", cfg.client_name(i))),
         })
         .collect();
+    let storage = Arc::new(Storage::start(&exe, &cfg.out.join("storage")).await?);
     let mut world = World {
         network,
         cluster,
         clients,
         recorder,
+        storage,
         spawner: Spawner {
             exe,
             urls,
@@ -535,7 +633,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             seed: cfg.seed,
             workload: cfg.workload,
             log_dir: cfg.out.clone(),
-            memory: Arc::new(MemoryGate::new()),
+            anchor: anchor_binary(cfg)?,
         },
     };
     wait_for_leader(&world, Duration::from_secs(60)).await?;
@@ -556,7 +654,7 @@ fn start_cluster(cfg: &Config) -> Result<(Network, Cluster, Vec<Option<Host>>), 
         .map(|i| add(format!("m{i}")))
         .collect::<Result<Vec<_>, _>>()?;
     let client_hosts = (1..=cfg.clients)
-        .map(|i| add(format!("c{i}")).map(Some))
+        .map(|i| add(cfg.client_name(i - 1)).map(Some))
         .collect::<Result<Vec<_>, _>>()?;
     let cluster = Cluster::start(cfg.kind, &member_hosts, &cfg.out)?;
     Ok((network, cluster, client_hosts))
@@ -611,8 +709,13 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
         let step = nemesis.next_step();
-        let started = nemesis.start(world, &step.cluster, &step.client).await?;
-        tokio::time::sleep(step.duration).await;
+        let started = nemesis.start(world, &[step.cluster, step.client]).await?;
+        tokio::time::sleep(step.storage_at).await;
+        let storage = nemesis.start(world, step.storage.as_slice()).await?;
+        tokio::time::sleep(step.duration - step.storage_at).await;
+        // The storage first: a paused client's first write after its
+        // resumption reaches the restarted storage.
+        nemesis.end(world, storage).await?;
         nemesis.end(world, started).await?;
         tokio::time::sleep(step.gap).await;
     }
@@ -630,8 +733,8 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     Ok(())
 }
 
-/// No fault may outlive the run: links healed, pauses ended, dead members
-/// and clients started again, clients on a faked clock back on the real one.
+/// No fault may outlive the run: links healed, pauses ended, dead members,
+/// storage and clients started again, clients on a faked clock back on the real one.
 pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     if let Some(network) = &world.network {
         network.heal().map_err(|e| e.to_string())?;
@@ -640,6 +743,8 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
         cluster.resume_all();
         cluster.restart_dead().map_err(|e| e.to_string())?;
     }
+    world.storage.signal(Signal::CONT).await;
+    world.storage.restart().await?;
     for i in 0..world.clients.len() {
         world.clients[i].signal(Signal::CONT);
         if world.clients[i].clock.take().is_some() {
