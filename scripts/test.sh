@@ -61,7 +61,7 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
 for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock --anchor" \
            "etcd34 120 100 lock" "kube 120 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
-           "zk 90 200 fence-run"; do
+           "zk 120 200 fence-run"; do
     set -- $run
     out="$campaign_out/$1-$4"
     echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"
