@@ -3,12 +3,28 @@
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 
 use rustix::process::{kill_process, Pid, Signal};
+
+/// Makes the process `cmd` starts receive `signal` when the thread that
+/// started it exits (`PR_SET_PDEATHSIG`), so that nothing a test or a
+/// campaign starts outlives it, even when it is killed outright and no
+/// `Drop` runs. Set after any uid switch of `cmd` (which would clear it).
+pub fn die_with_parent(cmd: &mut Command, signal: Signal) -> &mut Command {
+    // SAFETY: the closure only makes one async-signal-safe prctl call.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(signal))
+                .map_err(std::io::Error::from)
+        });
+    }
+    cmd
+}
 
 /// A child process that is killed and reaped when dropped.
 pub struct Reaped {

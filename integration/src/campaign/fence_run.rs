@@ -94,15 +94,7 @@ pub async fn run_wrapper(w: Wrapper) -> std::io::Result<()> {
             .kill_on_drop(true);
         // A killed client takes its `fence run` with it (whose watchdog
         // then stops the command), as a crashed host would.
-        // SAFETY: one async-signal-safe prctl call.
-        unsafe {
-            fence.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))
-                .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(fence.as_std_mut(), rustix::process::Signal::KILL);
         let mut fence = fence.spawn()?;
         let mut stopping = stop.clone();
         let pid = fence

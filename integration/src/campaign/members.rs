@@ -2,7 +2,6 @@
 //! etcd cluster, each member a process of its own that the nemesis kills,
 //! restarts, pauses and resumes, and whose links it cuts.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -37,13 +36,7 @@ impl Member {
     fn start(&mut self) -> std::io::Result<()> {
         let mut cmd = (self.command)();
         // A member must not outlive the campaign, even one killed outright.
-        // SAFETY: one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
         self.process = Some(Reaped::spawn_logged(&mut cmd, &self.log)?);
         self.paused = false;
         Ok(())

@@ -342,13 +342,7 @@ impl World {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .process_group(0);
-        // SAFETY: one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
         let mut child = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
             .spawn()

@@ -6,7 +6,6 @@
 //! after the run, must hold the last acknowledged write (its durability).
 
 use std::collections::HashMap;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -255,13 +254,7 @@ impl Storage {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
-        // SAFETY: one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
         let mut child = tokio::process::Command::from(cmd)
             .kill_on_drop(true)
             .spawn()

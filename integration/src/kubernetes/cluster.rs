@@ -28,7 +28,6 @@
 //! ```
 
 use std::fmt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -530,13 +529,7 @@ impl KubeCluster {
         // (Drop never runs then). The signal follows the spawning thread:
         // the test's thread or a runtime worker, which live as long as the
         // cluster.
-        // SAFETY: the closure only makes one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
         cmd
     }
 

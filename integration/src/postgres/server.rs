@@ -292,13 +292,7 @@ impl PgServer {
         // which in a tokio test is the test's thread or a runtime worker:
         // both live as long as the server. It is set after the uid switch,
         // which would clear it.
-        // SAFETY: the closure only makes one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(move || {
-                rustix::process::set_parent_process_death_signal(Some(death_signal))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, death_signal);
         cmd
     }
 

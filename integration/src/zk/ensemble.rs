@@ -28,7 +28,6 @@
 
 use std::fmt;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -681,13 +680,7 @@ impl ZkEnsemble {
         // (Drop never runs then). The signal follows the spawning thread,
         // which in a tokio test is the test's thread or a runtime worker:
         // both live as long as the ensemble.
-        // SAFETY: the closure only makes one async-signal-safe prctl call.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
-            });
-        }
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
         cmd
     }
 
