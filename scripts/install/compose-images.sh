@@ -68,7 +68,8 @@ $log"
 }
 
 context="$(mktemp -d)"
-trap 'rm -rf "$context"' EXIT
+# Replaces apt.sh's trap: its log goes too.
+trap 'rm -rf "$context" "$apt_log"' EXIT
 
 # --- etcd --------------------------------------------------------------------
 mkdir -p "$context/etcd"
