@@ -59,7 +59,7 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # paused; on etcd 3.6 the fourth client is an anchor, Go's
 # concurrency.Mutex, whose late writes must be refused.
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
-for run in "local 60 300 lock" "zk 60 300 lock" "zk38 60 300 lock" "etcd 150 300 lock --anchor" \
+for run in "local 60 300 lock" "zk 90 300 lock" "zk38 90 300 lock" "etcd 150 300 lock --anchor" \
            "etcd34 120 100 lock" "kube 120 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
            "zk 120 200 fence-run"; do
     set -- $run
