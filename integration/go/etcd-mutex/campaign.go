@@ -177,5 +177,11 @@ func (a *anchor) holdOnce(cli *clientv3.Client, s *concurrency.Session, pfx stri
 	a.nextID++
 	a.send("release", map[string]any{"token": token, "id": a.nextID})
 	a.await(a.nextID)
-	_ = unlock(m)
+	if unlock(m) != nil {
+		// The key may still be there: a new Mutex on this session would
+		// find it and "lock" again with the same revision. The session is
+		// left to expire (Orphan returns once Done is closed), and the
+		// next lock uses a new one.
+		s.Orphan()
+	}
 }
