@@ -70,6 +70,9 @@ for run in "local 60 300 lock" "zk 90 300 lock" "zk38 90 300 lock" "etcd 150 300
         --min-grants "$3" --min-faults 40 --workload "$4" --out "$out" "${@:5}"
 done
 
+echo "== etcd cycle benchmark: EtcdSource vs Go concurrency.Mutex vs the two-commit floor, requests per cycle (figures)"
+"${CARGO_TARGET_DIR:-target}/release/cycle-bench" --runs 3 --blocks 5
+
 echo "== etcd benchmark: EtcdSource vs Go concurrency.Mutex (figures, not a pass/fail check)"
 cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend etcd --iterations 40
 

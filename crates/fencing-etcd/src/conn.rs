@@ -10,6 +10,7 @@ use fencing_core::backend::jittered;
 use fencing_core::{Error, Result};
 
 use crate::config::EtcdConfig;
+use crate::leader::LeaderRoute;
 
 /// Cheap to clone (one pointer): a grant keeps one, and the client itself
 /// is several kilobytes.
@@ -17,7 +18,10 @@ use crate::config::EtcdConfig;
 pub(crate) struct Conn(Arc<Shared>);
 
 pub(crate) struct Shared {
+    /// Every endpoint, balanced: streams (watches, keep-alives) and any
+    /// request while the leader is not known.
     pub(crate) client: Client,
+    route: Arc<LeaderRoute>,
     endpoints: String,
     pub(crate) timeout: Duration,
 }
@@ -51,12 +55,14 @@ impl Conn {
         // With auth, connect already talks to the cluster (to get a token):
         // bound it like any request so a dead cluster is a timeout.
         let limit = cfg.request_timeout;
+        let route = LeaderRoute::new(urls.clone(), opts.clone(), cfg.request_timeout);
         let client = match tokio::time::timeout(limit, Client::connect(urls, Some(opts))).await {
             Ok(r) => r.map_err(|e| map_err(&endpoints, limit, "connect", e))?,
             Err(_) => return Err(timeout(&endpoints, limit, "connect")),
         };
         Ok(Conn(Arc::new(Shared {
             client,
+            route,
             endpoints,
             timeout: cfg.request_timeout,
         })))
@@ -65,6 +71,26 @@ impl Conn {
     /// A handle to the client (cheap to clone; calls need `&mut`).
     pub(crate) fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Runs one attempt of a request on the leader's client when it is
+    /// known (dropping it if the attempt fails), else on the balanced one.
+    async fn attempt<T, Fut>(
+        &self,
+        until: tokio::time::Instant,
+        op: impl FnOnce(Client) -> Fut,
+    ) -> std::result::Result<std::result::Result<T, etcd_client::Error>, tokio::time::error::Elapsed>
+    where
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let leader = self.route.client(&self.client);
+        let via_leader = leader.is_some();
+        let client = leader.unwrap_or_else(|| self.client.clone());
+        let result = tokio::time::timeout_at(until, op(client)).await;
+        if via_leader && !matches!(result, Ok(Ok(_))) {
+            self.route.failed();
+        }
+        result
     }
 
     /// Runs one request, retrying transient failures (no leader, a member
@@ -88,11 +114,11 @@ impl Conn {
         // Why the last attempt failed: a timeout after refused connections
         // is reported as unreachable, not as a slow cluster.
         let mut unreachable = None;
-        let per_attempt = (self.timeout / 8).max(Duration::from_millis(250));
+        let per_attempt = self.per_attempt();
         loop {
             let now = tokio::time::Instant::now();
             let attempt_deadline = deadline.min(now + per_attempt);
-            let attempt = tokio::time::timeout_at(attempt_deadline, op(self.client.clone())).await;
+            let attempt = self.attempt(attempt_deadline, &mut op).await;
             match attempt {
                 Ok(Ok(v)) => return Ok(v),
                 Err(_) if attempt_deadline < deadline => {
@@ -123,6 +149,28 @@ impl Conn {
 }
 
 impl Conn {
+    fn per_attempt(&self) -> Duration {
+        (self.timeout / 8).max(Duration::from_millis(250))
+    }
+
+    /// Sends a request once, bounded like one attempt of [`call`](Self::call),
+    /// for a fast path that has a slower, safe fallback: `None` on any
+    /// failure, after which the request may still be applied.
+    pub(crate) async fn try_once<T, Fut>(&self, op: impl FnOnce(Client) -> Fut) -> Option<T>
+    where
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let until = tokio::time::Instant::now() + self.per_attempt();
+        match self.attempt(until, op).await {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                tracing::debug!(error = ?e, "etcd fast-path request failed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Sends a request that must not apply twice (a txn of the caller's own
     /// operations). It is re-sent only while the failure proves it never
     /// left this process (no connection could be made); any failure after
@@ -139,7 +187,7 @@ impl Conn {
             reason,
         };
         loop {
-            match tokio::time::timeout_at(deadline, op(self.client.clone())).await {
+            match self.attempt(deadline, &mut op).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(what, error = ?e, "no connection for a write; retrying");

@@ -27,6 +27,7 @@
 mod config;
 mod conn;
 mod gate;
+mod leader;
 mod lock;
 mod session;
 mod source;

@@ -225,6 +225,7 @@ pub(crate) enum Incarnation {
 /// release sent during a leader partition deleted the same source's next
 /// grant 34 ms after it was made, and another client was granted while it
 /// held); integration test `late_release_delete_spares_the_next_grant`.
+/// A release tries [`delete_answered`] first.
 pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result<()> {
     let rev = match which {
         Incarnation::Created(rev) => rev,
@@ -242,6 +243,19 @@ pub(crate) async fn unlock(conn: &Conn, key: &str, which: Incarnation) -> Result
     })
     .await
     .map(drop)
+}
+
+/// Deletes my key with one plain delete, sent once: true when the server
+/// answered, so the delete was applied while the caller still held the
+/// source's local lock and no later incarnation of the key could exist.
+/// On false the delete may still be applied later, so the caller must
+/// never create this key name again (it retires the session) and falls
+/// back to [`unlock`]. A plain delete costs the server less than the
+/// compare txn (cycle-bench, etcd 3.6: about 5 % of an uncontended cycle).
+pub(crate) async fn delete_answered(conn: &Conn, key: &str) -> bool {
+    conn.try_once(|mut c| async move { c.delete(key, None).await })
+        .await
+        .is_some()
 }
 
 /// The current owner of a lock: its key's value and create revision.

@@ -2,6 +2,7 @@
 //! grant taken through it. Lock keys are attached to the lease, so when the
 //! lease ends every grant of the session ends with it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,10 @@ pub(crate) struct Session {
     /// Shared with the keep-alive loop, which renews and loses it.
     group: Arc<LeaseGroup>,
     keeper: JoinHandle<()>,
+    /// Set when a delete of one of its keys may still be applied late:
+    /// new grants then take a new session (new key names); the grants it
+    /// has keep it alive until they end.
+    retired: AtomicBool,
 }
 
 impl Session {
@@ -57,13 +62,25 @@ impl Session {
                 ttl,
                 group,
                 keeper,
+                retired: AtomicBool::new(false),
             },
             header,
         ))
     }
 
-    pub(crate) fn is_live(&self) -> bool {
-        self.group.lease().is_live()
+    /// Live and not retired: fit for a new grant.
+    pub(crate) fn serves_new_grants(&self) -> bool {
+        self.group.lease().is_live() && !self.retired.load(Ordering::Relaxed)
+    }
+
+    /// No new grant may use this session's key names again.
+    pub(crate) fn retire(&self) {
+        if !self.retired.swap(true, Ordering::Relaxed) {
+            tracing::debug!(
+                lease = format_args!("{:x}", self.lease_id),
+                "etcd session retired"
+            );
+        }
     }
 
     /// Resolves when the session's lease is or may be gone.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -50,11 +50,34 @@ struct Inner {
     cfg: EtcdConfig,
     identity: SourceId,
     holder: String,
-    sessions: AsyncMutex<HashMap<Duration, Arc<Session>>>,
+    sessions: AsyncMutex<Sessions>,
     local: Mutex<LocalLocks>,
     /// Every watch of this source, on one stream.
     watches: Arc<Watches>,
     wakeups: AtomicU64,
+}
+
+/// The session new grants of each TTL use, and the older ones some grants
+/// may still hold (a retired session lives on until its grants end).
+#[derive(Default)]
+struct Sessions {
+    current: HashMap<Duration, Arc<Session>>,
+    older: Vec<Weak<Session>>,
+}
+
+impl Sessions {
+    fn replace(&mut self, ttl: Duration, session: Arc<Session>) {
+        self.older.retain(|s| s.strong_count() > 0);
+        if let Some(old) = self.current.insert(ttl, session) {
+            self.older.push(Arc::downgrade(&old));
+        }
+    }
+
+    /// Every session still in use, leaving none.
+    fn drain(&mut self) -> Vec<Arc<Session>> {
+        let older = self.older.drain(..).filter_map(|s| s.upgrade());
+        self.current.drain().map(|(_, s)| s).chain(older).collect()
+    }
 }
 
 /// One in-process lock per etcd lock, so grants of one source on the same
@@ -107,7 +130,7 @@ impl EtcdSource {
                 identity: SourceId::new(format!("etcd:{cluster:016x}")),
                 cfg,
                 holder: default_holder_identity(),
-                sessions: AsyncMutex::new(HashMap::new()),
+                sessions: AsyncMutex::new(Sessions::default()),
                 local: Mutex::new(LocalLocks::default()),
                 wakeups: AtomicU64::new(0),
             }),
@@ -181,14 +204,7 @@ impl EtcdSource {
 
     /// Revokes this source's sessions: every grant it holds ends at once.
     pub async fn close(&self) -> Result<()> {
-        let sessions: Vec<_> = self
-            .inner
-            .sessions
-            .lock()
-            .await
-            .drain()
-            .map(|(_, s)| s)
-            .collect();
+        let sessions = self.inner.sessions.lock().await.drain();
         for s in sessions {
             s.revoke(&self.inner.conn).await?;
         }
@@ -197,12 +213,12 @@ impl EtcdSource {
 
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         let mut sessions = self.inner.sessions.lock().await;
-        if let Some(s) = sessions.get(&ttl).filter(|s| s.is_live()) {
+        if let Some(s) = sessions.current.get(&ttl).filter(|s| s.serves_new_grants()) {
             return Ok(s.clone());
         }
         let (session, _) = Session::start(&self.inner.conn, ttl).await?;
         let session = Arc::new(session);
-        sessions.insert(ttl, session.clone());
+        sessions.replace(ttl, session.clone());
         Ok(session)
     }
 
@@ -368,6 +384,10 @@ impl GrantBackend for EtcdGrant {
     async fn release(mut self: Box<Self>) -> Result<()> {
         // Our own delete is not a loss.
         self.watch.take();
+        if lock::delete_answered(&self.conn, &self.key).await {
+            return Ok(());
+        }
+        self.session.retire();
         let (conn, key, rev) = (&self.conn, &self.key, Incarnation::Created(self.rev));
         release_until_lost(self.session.lease(), "etcd unlock", || {
             lock::unlock(conn, key, rev)

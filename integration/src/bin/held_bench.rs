@@ -12,6 +12,7 @@
 //! second (memory comes back; the first cycle raises the allocator's
 //! high-water mark). Figures are printed, not asserted.
 
+use std::io::Write as _;
 use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
@@ -24,9 +25,11 @@ use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::scenarios;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use fencing_integration::bench::{main_with, next_event, BoxError};
 
 const TTL: Duration = Duration::from_secs(60);
+/// Bounds each step of the Go side (taking or releasing 10,000 locks).
+const EVENT_LIMIT: Duration = Duration::from_secs(120);
 
 /// N locks held at once from one source, against Go with one session.
 #[derive(clap::Parser)]
@@ -37,6 +40,9 @@ struct Args {
     /// Acquires in flight at once.
     #[arg(long = "in-flight", default_value = "64")]
     in_flight: NonZeroUsize,
+    /// Also write one CSV row per N and side here.
+    #[arg(long)]
+    csv: Option<std::path::PathBuf>,
 }
 
 /// What one side measured for one N.
@@ -50,18 +56,7 @@ struct Figures {
 
 fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(BoxError::from)
-        .and_then(|rt| rt.block_on(run(args)));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("held-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with("held-bench", run(args))
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
@@ -83,6 +78,10 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "{:>6} {:>5} {:>10} {:>10} {:>8} {:>9} {:>12}",
         "N", "side", "grants/s", "KB/grant", "streams", "watchers", "RSS after KB"
     );
+    let mut csv = args.csv.as_ref().map(std::fs::File::create).transpose()?;
+    if let Some(f) = csv.as_mut() {
+        writeln!(f, "n,side,grants_per_s,kb_per_grant,streams,watchers")?;
+    }
     let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
     let largest = *sizes.iter().max().unwrap_or(&0);
     for &n in &sizes {
@@ -91,6 +90,15 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let source = connect(&cluster, &format!("/held-rust-{n}")).await?;
         let rust = rust_side(&source, &cluster, n, in_flight).await?;
         print_row(n, "rust", &rust);
+        if let Some(f) = csv.as_mut() {
+            for (side, fig) in [("go", &go_fig), ("rust", &rust)] {
+                writeln!(
+                    f,
+                    "{n},{side},{:.0},{:.3},{},{}",
+                    fig.grants_per_s, fig.kb_per_grant, fig.streams, fig.watchers
+                )?;
+            }
+        }
         println!(
             "held-bench: N={n} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / go)",
             rust.grants_per_s / go_fig.grants_per_s,
@@ -183,11 +191,11 @@ async fn go_side(
         .kill_on_drop(true)
         .spawn()?;
     let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-    let held = next_event(&mut lines, "held").await?;
+    let held = next_event(&mut lines, "etcd-mutex", "held", EVENT_LIMIT).await?;
     let (streams, watchers) = watch_counts(cluster).await?;
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     stdin.write_all(b"release\n").await?;
-    let released = next_event(&mut lines, "released").await?;
+    let released = next_event(&mut lines, "etcd-mutex", "released", EVENT_LIMIT).await?;
     tokio::time::timeout(Duration::from_secs(30), child.wait()).await??;
     let number = |v: &serde_json::Value, k: &str| v[k].as_f64().ok_or(format!("no {k} in {v}"));
     Ok(Figures {
@@ -197,22 +205,6 @@ async fn go_side(
         watchers,
         rss_after_kb: number(&released, "rss_kb_after")? as i64,
     })
-}
-
-/// The next line of the Go program, which must be the event `want`.
-async fn next_event(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    want: &str,
-) -> Result<serde_json::Value, BoxError> {
-    let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
-        .await
-        .map_err(|_| format!("etcd-mutex: no {want:?} line within 120 s"))??
-        .ok_or("etcd-mutex ended early")?;
-    let value: serde_json::Value = serde_json::from_str(&line)?;
-    if value["event"] != want {
-        return Err(format!("etcd-mutex: expected {want:?}, got {line}").into());
-    }
-    Ok(value)
 }
 
 /// Resident memory of this process, in KiB.

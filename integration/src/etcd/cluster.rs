@@ -12,7 +12,7 @@
 //! [`EtcdCluster`] is dropped, also when a test panics. Every network call
 //! the harness makes has a timeout, and every wait is bounded.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -420,14 +420,28 @@ impl EtcdCluster {
     /// The sum of a Prometheus gauge or counter (all its label sets) over
     /// every member's `/metrics` page (plain-HTTP clusters only).
     pub async fn metric(&self, name: &str) -> Result<f64, HarnessError> {
-        let mut sum = 0.0;
-        for i in 0..self.members.len() {
-            sum += self.member_metric(i, name).await?;
-        }
-        Ok(sum)
+        Ok(self.metric_by(name, None).await?.values().sum())
     }
 
-    async fn member_metric(&self, i: usize, name: &str) -> Result<f64, HarnessError> {
+    /// A Prometheus counter summed over every member, per value of `label`
+    /// (for example `grpc_method`), or in one entry keyed "" when `label` is
+    /// `None`. Series without the label count under "".
+    pub async fn metric_by(
+        &self,
+        name: &str,
+        label: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>, HarnessError> {
+        let mut sums = BTreeMap::new();
+        for i in 0..self.members.len() {
+            let page = self.member_metrics_page(i).await?;
+            for (key, value) in samples(&page, name, label) {
+                *sums.entry(key).or_insert(0.0) += value;
+            }
+        }
+        Ok(sums)
+    }
+
+    async fn member_metrics_page(&self, i: usize) -> Result<String, HarnessError> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let page = async {
             let mut conn = tokio::net::TcpStream::connect(self.endpoint(i)).await?;
@@ -436,18 +450,10 @@ impl EtcdCluster {
             conn.read_to_string(&mut text).await?;
             Ok::<_, std::io::Error>(text)
         };
-        let text = tokio::time::timeout(REQUEST_TIMEOUT, page)
+        tokio::time::timeout(REQUEST_TIMEOUT, page)
             .await
             .map_err(|_| HarnessError::Timeout(format!("member {i} /metrics")))?
-            .map_err(|e| HarnessError::io("reading /metrics", e))?;
-        Ok(text
-            .lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum())
+            .map_err(|e| HarnessError::io("reading /metrics", e))
     }
 
     /// Client URLs with their scheme (`http://` or `https://`).
@@ -686,4 +692,55 @@ fn unique_token() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// The samples of metric `name` in a Prometheus text page, each keyed by the
+/// value of `label` ("" without one).
+fn samples<'a>(
+    page: &'a str,
+    name: &'a str,
+    label: Option<&'a str>,
+) -> impl Iterator<Item = (String, f64)> + 'a {
+    page.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?;
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            return None;
+        }
+        let value = line.rsplit(' ').next()?.parse::<f64>().ok()?;
+        let key = label
+            .and_then(|l| {
+                let labels = rest.strip_prefix('{')?.split('}').next()?;
+                labels.split(',').find_map(|pair| {
+                    let (k, v) = pair.split_once('=')?;
+                    (k == l).then(|| v.trim_matches('"').to_owned())
+                })
+            })
+            .unwrap_or_default();
+        Some((key, value))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::samples;
+
+    const PAGE: &str = "\
+# HELP grpc_server_msg_received_total Total number of RPC stream messages received.
+grpc_server_msg_received_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 12
+grpc_server_msg_received_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 3
+grpc_server_msg_received_total_other 99
+etcd_debugging_mvcc_watcher_total 4
+";
+
+    #[test]
+    fn samples_are_keyed_by_the_label_value() {
+        let by_method: Vec<_> =
+            samples(PAGE, "grpc_server_msg_received_total", Some("grpc_method")).collect();
+        assert_eq!(
+            by_method,
+            vec![("Txn".to_owned(), 12.0), ("Watch".to_owned(), 3.0)]
+        );
+        let plain: Vec<_> = samples(PAGE, "etcd_debugging_mvcc_watcher_total", None).collect();
+        assert_eq!(plain, vec![(String::new(), 4.0)]);
+    }
 }

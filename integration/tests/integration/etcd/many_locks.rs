@@ -60,8 +60,14 @@ async fn thousands_of_held_locks_stay_live_under_a_stream_cap(version: EtcdVersi
     let started = std::time::Instant::now();
     let mut grants = acquire_all(source.clone()).await;
     println!("{LOCKS} locks acquired in {:?}", started.elapsed());
+    // A grant's own watch starts 100 ms after it (OWN_KEY_WATCH_DELAY).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut watchers = metric(&cluster, "etcd_debugging_mvcc_watcher_total").await;
+    while watchers < LOCKS as f64 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        watchers = metric(&cluster, "etcd_debugging_mvcc_watcher_total").await;
+    }
     let streams = metric(&cluster, "etcd_debugging_mvcc_watch_stream_total").await;
-    let watchers = metric(&cluster, "etcd_debugging_mvcc_watcher_total").await;
     println!("held: {streams} watch streams, {watchers} watchers at the members");
     assert!(
         streams <= 4.0,

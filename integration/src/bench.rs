@@ -1,0 +1,49 @@
+//! What the benchmark binaries share: their `main`, and reading the JSON
+//! event lines of an anchor program (Go or Java) they drive.
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufRead, Lines};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs `run` on a multi-threaded runtime; an error is printed after the
+/// program's name and gives exit status 1.
+pub fn main_with<F>(name: &str, run: F) -> ExitCode
+where
+    F: Future<Output = Result<(), BoxError>>,
+{
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(BoxError::from)
+        .and_then(|rt| rt.block_on(run));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The next line of `program`'s output, which must be the JSON event `want`
+/// and come within `limit`.
+pub async fn next_event<R: AsyncBufRead + Unpin>(
+    lines: &mut Lines<R>,
+    program: &str,
+    want: &str,
+    limit: Duration,
+) -> Result<serde_json::Value, BoxError> {
+    let line = tokio::time::timeout(limit, lines.next_line())
+        .await
+        .map_err(|_| format!("{program}: no {want:?} event within {limit:?}"))??
+        .ok_or_else(|| format!("{program} ended early"))?;
+    let event: serde_json::Value = serde_json::from_str(&line)?;
+    if event["event"] != want {
+        return Err(format!("{program}: expected {want:?}, got {line}").into());
+    }
+    Ok(event)
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The performance figures, ours beside the Go/Java anchors on real clusters:
+#   scripts/bench.sh [--out DIR] [--runs N]
+# Writes CSV files, their SVG charts and every benchmark's printed output
+# into DIR (default: bench-results/<UTC date-time>), and names it at the end.
+# Needs what the test command installs (etcd, ZooKeeper, kube-apiserver,
+# PostgreSQL, the Go and Java anchors): run scripts/test.sh once first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="bench-results/$(date -u +%Y%m%d-%H%M%S)" runs=5
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) out="$2"; shift 2 ;;
+        --runs) runs="$2"; shift 2 ;;
+        *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+export FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
+cargo build --locked -q --release -p fencing-integration --bins
+bin="${CARGO_TARGET_DIR:-target}/release"
+mkdir -p "$out"
+
+# One benchmark: its output is shown and kept in $out/NAME.txt.
+bench() {
+    local name="$1"; shift
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$out/$name.txt"
+}
+
+plot() {
+    "$bin/bench-plot" "$@"
+}
+
+# 1. Uncontended acquire + release on etcd: ours, Go's Mutex and the
+#    two-commit floor, interleaved, with requests per cycle by method.
+for version in 3.6 3.4; do
+    v="${version/./}"
+    bench "etcd$v-cycles" "$bin/cycle-bench" --version "$version" --runs "$runs" --blocks 20 \
+        --csv "$out/etcd$v-cycles.csv"
+    plot --csv "$out/etcd$v-cycles.csv" --x run --y median_us --series side \
+        --title "etcd $version uncontended acquire + release, median per run" \
+        --x-label "run" --y-label "µs" --out "$out/etcd$v-cycles.svg"
+done
+
+# 2. Many locks held from one source, beside Go with one session.
+bench etcd-held "$bin/held-bench" --sizes 1,10,100,1000,10000 --csv "$out/etcd-held.csv"
+plot --csv "$out/etcd-held.csv" --x n --y grants_per_s --series side --log-x \
+    --title "etcd: acquire throughput with N locks held (64 in flight)" \
+    --x-label "locks held at once" --y-label "grants/s" --out "$out/etcd-held-throughput.svg"
+plot --csv "$out/etcd-held.csv" --x n --y kb_per_grant --series side --log-x \
+    --title "etcd: resident memory per held grant" \
+    --x-label "locks held at once" --y-label "KiB per grant" --out "$out/etcd-held-memory.svg"
+
+# 3. Uncontended and hand-over latency beside each anchor, $runs runs each.
+for backend in etcd zk kube; do
+    for i in $(seq "$runs"); do
+        bench "$backend-anchor-$i" "$bin/anchor-bench" --backend "$backend" --iterations 100
+    done
+done
+
+# 4. Gates.
+bench gates "$bin/gate-bench" --iterations 2000
+
+echo "bench.sh: results in $out"
