@@ -51,14 +51,23 @@ plot --csv "$out/etcd-held.csv" --x n --y kb_per_grant --series side --log-x \
     --title "etcd: resident memory per held grant" \
     --x-label "locks held at once" --y-label "KiB per grant" --out "$out/etcd-held-memory.svg"
 
-# 3. Uncontended and hand-over latency beside each anchor, $runs runs each.
+# 3. Hand-over down a queue of 1..256 waiters on one lock.
+bench etcd-waiters "$bin/waiter-bench" --counts 1,4,16,64,256 --csv "$out/etcd-waiters.csv"
+plot --csv "$out/etcd-waiters.csv" --x waiters --y gap_us --series side --log-x \
+    --title "etcd: hand-over gap with W waiters queued" \
+    --x-label "waiters" --y-label "µs between grants (median)" --out "$out/etcd-waiters-gap.svg"
+plot --csv "$out/etcd-waiters.csv" --x waiters --y requests_per_handover --series side --log-x \
+    --title "etcd: requests per hand-over with W waiters queued" \
+    --x-label "waiters" --y-label "gRPC messages per hand-over" --out "$out/etcd-waiters-requests.svg"
+
+# 4. Uncontended and hand-over latency beside each anchor, $runs runs each.
 for backend in etcd zk kube; do
     for i in $(seq "$runs"); do
         bench "$backend-anchor-$i" "$bin/anchor-bench" --backend "$backend" --iterations 100
     done
 done
 
-# 4. Gates.
+# 5. Gates.
 bench gates "$bin/gate-bench" --iterations 2000
 
 echo "bench.sh: results in $out"

@@ -135,29 +135,55 @@ fn first_kv_create(op: &TxnOpResponse) -> Option<i64> {
     }
 }
 
-/// Waits until no key older than `rev` is left under the lock, watching one
-/// predecessor at a time. Counts the delete events it is woken by.
+/// Waits until no key older than mine (created at `rev`) is left under the
+/// lock, watching one predecessor at a time; false as soon as my key is
+/// gone or replaced (my session expired while I waited: the lock was never
+/// mine). Each look is one read-only txn that reads the newest older key
+/// and my own key at one revision, so the look that finds the lock free
+/// also proves my key survived: a hand-over costs one read, not two (Go's
+/// Mutex reads its key again after waiting). Counts the delete events it
+/// is woken by.
 pub(crate) async fn wait_for_predecessors(
     conn: &Conn,
     watches: &Arc<Watches>,
-    dir: &str,
+    keys: &LockKeys,
     rev: i64,
     wakeups: &AtomicU64,
-) -> Result<()> {
+) -> Result<bool> {
+    let newest_older = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1)
+        .with_max_create_revision(rev - 1);
+    let look = Txn::new().and_then([
+        TxnOp::get(keys.dir.as_str(), Some(newest_older)),
+        TxnOp::get(keys.mine.as_str(), None),
+    ]);
     loop {
-        let newest_older = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_max_create_revision(rev - 1);
         let resp = conn
-            .call("lock wait get", |mut c| {
-                let o = newest_older.clone();
-                async move { c.get(dir, Some(o)).await }
+            .call("lock wait txn", |mut c| {
+                let look = look.clone();
+                async move { c.txn(look).await }
             })
             .await?;
-        let Some(pred) = resp.kvs().first() else {
-            return Ok(());
+        let ops = resp.op_responses();
+        if ops.len() != 2 {
+            return Err(Error::backend(
+                "etcd lock wait",
+                "txn answered without its two reads",
+            ));
+        }
+        if first_kv_create(&ops[1]) != Some(rev) {
+            return Ok(false);
+        }
+        let TxnOpResponse::Get(older) = &ops[0] else {
+            return Err(Error::backend(
+                "etcd lock wait",
+                "txn answered a read with a write",
+            ));
+        };
+        let Some(pred) = older.kvs().first() else {
+            return Ok(true);
         };
         let seen_at = resp.header().map(|h| h.revision()).unwrap_or(0);
         match watches.deleted(pred.key(), seen_at).await {

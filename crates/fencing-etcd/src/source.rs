@@ -273,11 +273,11 @@ impl EtcdSource {
                 pending.cleanup().await?;
                 return Ok(None);
             }
-            tokio::select! {
-                r = lock::wait_for_predecessors(conn, &self.inner.watches, &keys.dir, attempt.rev, &self.inner.wakeups) => r?,
+            let survived = tokio::select! {
+                r = lock::wait_for_predecessors(conn, &self.inner.watches, &keys, attempt.rev, &self.inner.wakeups) => r?,
                 why = session.lost() => return Err(Error::lost(resource.as_str(), format!("etcd session lost while waiting: {why}"))),
-            }
-            if !lock::still_mine(conn, &keys.mine, attempt.rev).await? {
+            };
+            if !survived {
                 return Err(Error::lost(
                     resource.as_str(),
                     "etcd session expired while waiting for the lock",

@@ -81,6 +81,74 @@ async fn key_deleted_behind_our_back(version: EtcdVersion) {
     assert!(!a.validate(&g).await.unwrap());
 }
 
+/// A waiter's own key is deleted behind its back while it waits (an admin,
+/// or its lease revoked): when the holder releases, the waiter must not be
+/// granted on the key that is gone (the Jepsen etcd 3.4.3 bug); it queues
+/// again and is granted later with a new key and a higher token.
+async fn waiter_whose_key_is_deleted_is_not_granted_on_it(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (holder, waiter) = (f.source().await, f.source().await);
+    let mut observer = f.source().await.client();
+    let lock = r("waiter-key-deleted");
+    let held = holder
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let queued = {
+        let (waiter, lock) = (waiter.clone(), lock.clone());
+        tokio::spawn(async move {
+            let opts = opts(Duration::from_secs(10)).timeout(Duration::from_secs(20));
+            waiter.acquire(&lock, &opts).await
+        })
+    };
+    let dir = format!("{}/waiter-key-deleted/", f.prefix);
+    let only_count = || {
+        etcd_client::GetOptions::new()
+            .with_prefix()
+            .with_count_only()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while observer
+        .get(dir.as_str(), Some(only_count()))
+        .await
+        .unwrap()
+        .count()
+        < 2
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let all = etcd_client::GetOptions::new().with_prefix();
+    let keys = observer.get(dir.as_str(), Some(all)).await.unwrap();
+    let (key, deleted_rev) = keys
+        .kvs()
+        .iter()
+        .find(|kv| kv.key() != held.key().as_bytes())
+        .map(|kv| (kv.key().to_vec(), kv.create_revision()))
+        .expect("the waiter's key");
+    observer.delete(key, None).await.unwrap();
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(25), queued)
+        .await
+        .expect("the waiter was never granted")
+        .unwrap()
+        .expect("the waiter queues again and is granted");
+    let token = i64::try_from(granted.token()).unwrap();
+    assert!(
+        token > deleted_rev,
+        "granted with token {token} on its deleted key (created at {deleted_rev})"
+    );
+    let now = observer.get(granted.key(), None).await.unwrap();
+    assert_eq!(
+        now.kvs().first().map(|kv| kv.create_revision()),
+        Some(token)
+    );
+    granted.release().await.unwrap();
+}
+
 /// A held key is deleted while the source's watch stream is down, and the
 /// history is compacted before the stream comes back: the re-created watch
 /// cannot replay the delete (the server cancels it), so the key must be
@@ -357,6 +425,7 @@ fencing_integration::on_both_etcd_versions!(
     key_deleted_behind_our_back,
     key_deleted_and_compacted_while_the_watch_stream_is_down,
     late_release_delete_spares_the_next_grant,
+    waiter_whose_key_is_deleted_is_not_granted_on_it,
     sixty_four_waiters_no_herd,
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
