@@ -157,6 +157,9 @@ async fn rust_side(
     let started = Instant::now();
     let grants = scenarios::acquire_many(source.clone(), n, in_flight, &opts).await?;
     let seconds = started.elapsed().as_secs_f64();
+    // A grant's own-key watch starts 100 ms after it: count and weigh the
+    // held grants with their watches.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let held = rss_kb();
     let (streams, watchers) = watch_counts(cluster).await?;
     for g in grants {
