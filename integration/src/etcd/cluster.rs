@@ -433,10 +433,24 @@ impl EtcdCluster {
     ) -> Result<BTreeMap<String, f64>, HarnessError> {
         let mut sums = BTreeMap::new();
         for i in 0..self.members.len() {
-            let page = self.member_metrics_page(i).await?;
-            for (key, value) in samples(&page, name, label) {
+            for (key, value) in self.member_metric_by(i, name, label).await? {
                 *sums.entry(key).or_insert(0.0) += value;
             }
+        }
+        Ok(sums)
+    }
+
+    /// [`metric_by`](Self::metric_by) of member `i` alone.
+    pub async fn member_metric_by(
+        &self,
+        i: usize,
+        name: &str,
+        label: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>, HarnessError> {
+        let page = self.member_metrics_page(i).await?;
+        let mut sums = BTreeMap::new();
+        for (key, value) in samples(&page, name, label) {
+            *sums.entry(key).or_insert(0.0) += value;
         }
         Ok(sums)
     }

@@ -149,6 +149,55 @@ async fn waiter_whose_key_is_deleted_is_not_granted_on_it(version: EtcdVersion) 
     granted.release().await.unwrap();
 }
 
+/// The lock requests go to the raft leader once it is known (a write sent
+/// to a follower costs a forwarding hop and the follower's apply).
+async fn lock_requests_go_to_the_leader(version: EtcdVersion) {
+    use fencing_integration::member::MemberCluster;
+    let f = EtcdFixture::start(version).await;
+    let source = f.source().await;
+    let lock = r("to-the-leader");
+    let cycle = || async {
+        let g = source
+            .acquire(&lock, &opts(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    };
+    cycle().await; // starts the leader lookup
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let leader = f.cluster.leader().await.unwrap();
+    let txns = |i: usize| {
+        let cluster = &f.cluster;
+        async move {
+            let by = cluster
+                .member_metric_by(i, "grpc_server_handled_total", Some("grpc_method"))
+                .await
+                .unwrap();
+            by.get("Txn").copied().unwrap_or(0.0) + by.get("DeleteRange").copied().unwrap_or(0.0)
+        }
+    };
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(txns(i).await);
+    }
+    const CYCLES: usize = 20;
+    for _ in 0..CYCLES {
+        cycle().await;
+    }
+    for (i, before) in before.into_iter().enumerate() {
+        let served = txns(i).await - before;
+        if i == leader {
+            assert!(
+                served >= (2 * CYCLES) as f64,
+                "the leader (member {i}) served only {served} of {} lock requests",
+                2 * CYCLES
+            );
+        } else {
+            assert_eq!(served, 0.0, "follower {i} served {served} lock requests");
+        }
+    }
+}
+
 /// A held key is deleted while the source's watch stream is down, and the
 /// history is compacted before the stream comes back: the re-created watch
 /// cannot replay the delete (the server cancels it), so the key must be
@@ -426,6 +475,7 @@ fencing_integration::on_both_etcd_versions!(
     key_deleted_and_compacted_while_the_watch_stream_is_down,
     late_release_delete_spares_the_next_grant,
     waiter_whose_key_is_deleted_is_not_granted_on_it,
+    lock_requests_go_to_the_leader,
     sixty_four_waiters_no_herd,
     foreign_cluster_is_refused,
     guarded_txn_refuses_a_superseded_grant,
