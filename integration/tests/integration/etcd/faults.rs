@@ -163,8 +163,10 @@ async fn lock_requests_go_to_the_leader(version: EtcdVersion) {
             .unwrap();
         g.release().await.unwrap();
     };
-    cycle().await; // starts the leader lookup
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The first cycle starts the leader lookup; the pause is long enough
+    // for a lookup that failed once under load to be retried (after 1 s).
+    cycle().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let leader = f.cluster.leader().await.unwrap();
     let txns = |i: usize| {
         let cluster = &f.cluster;
