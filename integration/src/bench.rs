@@ -29,6 +29,17 @@ where
     }
 }
 
+/// The median; with an even count, the mean of the middle two.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len().is_multiple_of(2) {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    }
+}
+
 /// The next line of `program`'s output, which must be the JSON event `want`
 /// and come within `limit`.
 pub async fn next_event<R: AsyncBufRead + Unpin>(

@@ -34,7 +34,7 @@ use fencing_integration::member::MemberCluster;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use fencing_integration::bench::{main_with, next_event, BoxError};
+use fencing_integration::bench::{main_with, median, next_event, BoxError};
 
 /// Sessions outlive a run: no renewal is ever late.
 const TTL: Duration = Duration::from_secs(60);
@@ -368,19 +368,9 @@ fn spread(v: &[f64]) -> String {
     format!(
         "min {:.3}, median {:.3}, max {:.3}",
         v[0],
-        median(&v),
+        median(v.clone()),
         v[v.len() - 1]
     )
-}
-
-/// The median of sorted values; with an even count, the mean of the middle two.
-fn median(sorted: &[f64]) -> f64 {
-    let mid = sorted.len() / 2;
-    if sorted.len().is_multiple_of(2) {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    } else {
-        sorted[mid]
-    }
 }
 
 /// Median and p90 (nearest rank) in µs.
@@ -388,7 +378,7 @@ fn median_p90(mut d: Vec<Duration>) -> (f64, f64) {
     d.sort();
     let us: Vec<f64> = d.iter().map(|d| d.as_micros() as f64).collect();
     let p90 = us[((0.9 * us.len() as f64).ceil() as usize).saturating_sub(1)];
-    (median(&us), p90)
+    (median(us), p90)
 }
 
 async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> Result<T, BoxError> {

@@ -24,6 +24,7 @@ use std::fmt::Write;
 
 use super::checker::Report;
 use super::history::{fault_spans, holds, sorted_order, Event, EventKind, HoldEnd, WriteOutcome};
+use crate::plot::escape as esc;
 
 const RED: &str = "#d62728";
 const GREEN: &str = "#2ca02c";
@@ -204,22 +205,6 @@ fn violation_list(out: &mut String, report: &Report) {
     if total > LISTED {
         let _ = writeln!(out, "<p>... and {} more.</p>", total - LISTED);
     }
-}
-
-/// Escapes text for HTML content and attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The SVG part.

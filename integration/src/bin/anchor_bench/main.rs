@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_etcd::etcd_client::{Client, GetOptions};
 use fencing_etcd::{EtcdConfig, EtcdSource};
+use fencing_integration::bench::median;
 use fencing_integration::cache::cache_dir;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::zk::ensemble::{ZkEnsemble, ZkVersion};
@@ -560,17 +561,6 @@ fn combine(runs: &[Run]) -> Run {
             median_us: med(&|r| r.handover.median_us),
             p90_us: med(&|r| r.handover.p90_us),
         },
-    }
-}
-
-/// The median; with an even count, the mean of the middle two.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len().is_multiple_of(2) {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
     }
 }
 
