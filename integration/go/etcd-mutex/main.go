@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,7 +47,7 @@ func fail(err error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: etcd-mutex contend|bench|held|cycles|waiters|campaign [flags]"))
+		fail(errors.New("usage: etcd-mutex contend|bench|held|hold|cycles|waiters|campaign [flags]"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -55,6 +57,8 @@ func main() {
 		err = bench(os.Args[2:])
 	case "held":
 		err = held(os.Args[2:])
+	case "hold":
+		err = hold(os.Args[2:])
 	case "cycles":
 		err = cycles(os.Args[2:])
 	case "waiters":
@@ -62,7 +66,7 @@ func main() {
 	case "campaign":
 		err = runCampaign(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want contend, bench, held, cycles, waiters or campaign)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want contend, bench, held, hold, cycles, waiters or campaign)", os.Args[1])
 	}
 	if err != nil {
 		fail(err)
@@ -440,21 +444,26 @@ func stats(d []time.Duration) (int64, int64) {
 }
 
 // held takes --count mutexes (prefix/lock-I) on one session, --in-flight at a
-// time, reports throughput and resident memory, then holds them until a line
-// arrives on stdin, releases them all and reports memory again.
+// time, and reports throughput, resident memory and how busy the host's CPUs
+// were meanwhile. It then holds them and answers stdin lines: "cpu" gets a
+// "cpu" event with this process's CPU time (user+system, getrusage) and the
+// wall time since it started, both in µs; any other line releases them all,
+// --release-in-flight at a time, and memory is reported again.
 func held(args []string) error {
 	fs := flag.NewFlagSet("held", flag.ContinueOnError)
 	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
 	prefix := fs.String("prefix", "", "lock prefix")
 	count := fs.Int("count", 0, "how many locks to hold at once")
 	inFlight := fs.Int("in-flight", 64, "acquires in flight at once")
+	releaseInFlight := fs.Int("release-in-flight", 1, "releases in flight at once")
 	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *prefix == "" || *count <= 0 || *inFlight <= 0 {
-		return errors.New("held needs --prefix, --count > 0 and --in-flight > 0")
+	if *prefix == "" || *count <= 0 || *inFlight <= 0 || *releaseInFlight <= 0 {
+		return errors.New("held needs --prefix, --count > 0, --in-flight > 0 and --release-in-flight > 0")
 	}
+	started := time.Now()
 	cli, s, err := connectSession(*endpoints, *ttl)
 	if err != nil {
 		return err
@@ -463,38 +472,150 @@ func held(args []string) error {
 	defer s.Close()
 	before := rssKB()
 	mutexes := make([]*concurrency.Mutex, *count)
-	errs := make(chan error, *inFlight)
+	hostBefore := hostTicks()
 	t0 := time.Now()
-	for w := 0; w < *inFlight; w++ {
-		go func(w int) {
-			for i := w; i < *count; i += *inFlight {
-				m := concurrency.NewMutex(s, fmt.Sprintf("%s/lock-%d", *prefix, i))
-				if err := lock(m); err != nil {
-					errs <- err
-					return
-				}
-				mutexes[i] = m
-			}
-			errs <- nil
-		}(w)
-	}
-	for w := 0; w < *inFlight; w++ {
-		if err := <-errs; err != nil {
+	err = inParallel(*count, *inFlight, func(i int) error {
+		m := concurrency.NewMutex(s, fmt.Sprintf("%s/lock-%d", *prefix, i))
+		if err := lock(m); err != nil {
 			return err
 		}
+		mutexes[i] = m
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	elapsed := time.Since(t0)
 	emit(map[string]any{"event": "held", "count": *count, "seconds": elapsed.Seconds(),
-		"rss_kb_before": before, "rss_kb_held": rssKB()})
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return fmt.Errorf("waiting for the release line: %w", err)
-	}
-	for _, m := range mutexes {
-		if err := unlock(m); err != nil {
-			return err
+		"rss_kb_before": before, "rss_kb_held": rssKB(),
+		"host_busy_pct": hostTicks().busyPct(hostBefore)})
+	in := bufio.NewScanner(os.Stdin)
+	for {
+		if !in.Scan() {
+			return fmt.Errorf("waiting for the release line: %v", in.Err())
 		}
+		if strings.TrimSpace(in.Text()) != "cpu" {
+			break
+		}
+		emit(map[string]any{"event": "cpu", "cpu_us": cpuMicros(),
+			"wall_us": time.Since(started).Microseconds()})
+	}
+	err = inParallel(*count, *releaseInFlight, func(i int) error { return unlock(mutexes[i]) })
+	if err != nil {
+		return err
 	}
 	emit(map[string]any{"event": "released", "rss_kb_after": rssKB()})
+	return nil
+}
+
+// inParallel runs f(0..count-1) on `workers` goroutines, worker w taking
+// w, w+workers, ...; it returns the first error once all have stopped.
+func inParallel(count, workers int, f func(i int) error) error {
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers && w < count; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < count; i += workers {
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// cpuMicros is this process's user+system CPU time in µs (0 if unknown).
+func cpuMicros() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Sec*1e6 + ru.Utime.Usec + ru.Stime.Sec*1e6 + ru.Stime.Usec
+}
+
+// ticks is the host's CPU time from the first line of /proc/stat: all of
+// it, and the part spent neither idle nor waiting for I/O.
+type ticks struct{ total, busy int64 }
+
+func hostTicks() ticks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return ticks{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var t ticks
+	for i := 1; i < len(f); i++ {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		// user nice system idle iowait irq softirq steal guest guest_nice;
+		// guest time is already counted in user and nice.
+		if i > 8 {
+			break
+		}
+		t.total += v
+		if i != 4 && i != 5 {
+			t.busy += v
+		}
+	}
+	return t
+}
+
+// busyPct is the share of all the host's CPUs that was busy since earlier,
+// in percent (0 if unknown).
+func (t ticks) busyPct(earlier ticks) float64 {
+	if t.total <= earlier.total {
+		return 0
+	}
+	return 100 * float64(t.busy-earlier.busy) / float64(t.total-earlier.total)
+}
+
+// hold takes one mutex on a session of its own, reports the grant, keeps it
+// --hold-ms and releases it: one holder of a failover benchmark. "at_ns" is
+// the wall clock (Unix ns) when Lock returned; "token" is the own key's
+// create revision, as contend computes it.
+func hold(args []string) error {
+	fs := flag.NewFlagSet("hold", flag.ContinueOnError)
+	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
+	prefix := fs.String("prefix", "", "the lock (its keys live under prefix/)")
+	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
+	holdMs := fs.Int("hold-ms", 0, "how long to hold the lock, in ms")
+	fs.StringVar(&id, "id", id, "name reported in every event")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prefix == "" || *ttl <= 0 || *holdMs < 0 {
+		return errors.New("hold needs --prefix, --ttl > 0 and --hold-ms >= 0")
+	}
+	cli, s, err := connectSession(*endpoints, *ttl)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	defer s.Close()
+	m := concurrency.NewMutex(s, *prefix)
+	if err := lock(m); err != nil {
+		return err
+	}
+	at := time.Now().UnixNano()
+	kr, err := get(cli, m.Key())
+	if err != nil {
+		return fmt.Errorf("get own key: %w", err)
+	}
+	if len(kr.Kvs) != 1 {
+		return fmt.Errorf("own key %q missing after Lock (session expired?)", m.Key())
+	}
+	emit(map[string]any{"event": "locked", "id": id, "token": kr.Kvs[0].CreateRevision, "at_ns": at})
+	time.Sleep(time.Duration(*holdMs) * time.Millisecond)
+	if err := unlock(m); err != nil {
+		return err
+	}
+	emit(map[string]any{"event": "done"})
 	return nil
 }
 
