@@ -326,13 +326,11 @@ async fn health_fails_only_while_a_held_term_is_overdue() {
             Ok(()) => panic!("a held term overdue by {PATIENCE:?} still counts as healthy"),
         }
     };
-    // Not before TTL (1 s) + tolerance after the last renewal, which was
-    // at most a renewal interval (1/3 s) before the stall.
-    assert!(
-        stalled.elapsed() >= Duration::from_millis(800),
-        "{:?}",
-        stalled.elapsed()
-    );
+    // Not before TTL (1 s) + tolerance (200 ms) after the last renewal.
+    // Measured from the renewal itself, not from the stall: on a loaded
+    // machine the last renewal may have come late, well before the stall.
+    let overdue = leadership.grant().lease().last_renewal().elapsed();
+    assert!(overdue >= Duration::from_millis(1200), "failed after {overdue:?}");
     let Error::Lost { reason, .. } = &error else {
         panic!("expected Lost, got {error:?}")
     };
