@@ -21,10 +21,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let source = fencing::connect(url).await?;
     let resource = ResourceName::new(resource.as_str())?;
+    // Long enough for a waiting candidate to outlast a killed holder's
+    // 15 s lease (failover-bench).
     let grant = source
         .acquire(
             &resource,
-            &AcquireOptions::new().timeout(Duration::from_secs(20)),
+            &AcquireOptions::new().timeout(Duration::from_secs(60)),
         )
         .await?;
     println!("GRANTED {}", grant.token());

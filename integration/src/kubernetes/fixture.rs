@@ -143,6 +143,20 @@ impl KubeFixture {
         )
     }
 
+    /// The `kube://` URL of `user`'s client with a lease of `ttl` (whole
+    /// seconds); the renew deadline and retry period follow from it with
+    /// client-go's proportions ([`fencing::LeaderTimings::scaled_to`]).
+    pub fn url_with_ttl(&self, user: KubeUser, ttl: Duration) -> String {
+        format!(
+            "kube://{}?kubeconfig={}&ttl={}&timeout={}&cluster={}",
+            self.namespace,
+            self.kubeconfig(user).display(),
+            ttl.as_secs(),
+            TEST_REQUEST_TIMEOUT.as_secs_f64(),
+            self.cluster_name,
+        )
+    }
+
     /// A client of `user` connected straight to the apiserver.
     pub async fn source_as(&self, user: KubeUser) -> KubeLeaseSource {
         KubeLeaseSource::connect(self.config(user))
