@@ -2,15 +2,46 @@
 //! `concurrency.Mutex` with one session (`etcd-mutex held`), on the same
 //! real 3-member etcd 3.6 cluster.
 //!
-//! Usage: held-bench [--sizes 10,100,1000,10000] [--in-flight 64]
+//! Usage: held-bench [--sizes 10,100,1000,10000] [--in-flight 1,16,256]
+//! [--idle-secs 10] [--csv FILE]
 //!
-//! For each N, each side takes N distinct locks (`--in-flight` acquires at a
-//! time) and reports grants/s, resident memory per held grant, and the watch
-//! streams and watchers the members count while the locks are held; then it
-//! releases them all. The Rust side runs the largest N three times on one
-//! source: memory after the third release should be within 10 % of the
-//! second (memory comes back; the first cycle raises the allocator's
-//! high-water mark). Figures are printed, not asserted.
+//! Each side runs in a process of its own, started afresh for every point,
+//! so memory and CPU time are that side's alone: Go is `etcd-mutex held`,
+//! Rust is this binary re-run as `held-bench child` (one `EtcdSource`). Both
+//! use one lease with a 10 s TTL, renewed every TTL/3 (our session loop
+//! every 3.33 s; Go's lessor at 3.33 s, checked every 500 ms, so 3.33-3.83
+//! s). For each N and each in-flight count F, each side takes N distinct
+//! locks, F acquires at a time, and reports:
+//!
+//! - grants/s over the acquires, and how busy the host's CPUs were meanwhile
+//!   (share of both cores, from /proc/stat, read by the child);
+//! - resident memory per held grant (RSS growth over the acquires / N; the
+//!   Rust child counts it 300 ms after the last grant, once the own-key
+//!   watches, which start 100 ms after a grant, are all in place);
+//! - the watch streams and watchers the members count while they are held;
+//! - once per N and side (while the locks of the last F are held, nothing
+//!   else running), the process's CPU time over an idle window of
+//!   `--idle-secs` (getrusage in Go, CLOCK_PROCESS_CPUTIME_ID here), as CPU
+//!   ms per wall second, and the LeaseKeepAlive messages the members
+//!   received meanwhile (`grpc_server_msg_received_total`). Our figure
+//!   includes the idle tokio runtime and the watch stream, Go's its
+//!   runtime's background work;
+//!
+//! then it releases them all, 64 at a time. The Rust side runs the largest N
+//! at the last F three times on one source: memory after the third release
+//! should be within 10 % of the second (memory comes back; the first cycle
+//! raises the allocator's high-water mark). Figures are printed, not
+//! asserted. The CSV has one row per N, F and side (columns n, in_flight,
+//! side, series = "side F", grants_per_s, kb_per_grant, streams, watchers,
+//! host_busy_pct, idle_cpu_ms_per_s, idle_keepalives); the idle figures,
+//! measured once per N and side, are repeated on each of that N's rows.
+//!
+//! Limits (2 cores, 3 members and the client on one host): with one acquire
+//! in flight both sides wait for one raft commit (a WAL fsync on each
+//! member) per grant, about 390 grants/s whatever N is. With 16 and 256 in
+//! flight the host's CPUs are the limit: they are busy over 90 % of the time
+//! (host_busy_pct), most of it in the three etcd members, so more in flight
+//! buys little and the two sides' gap is mostly the client's own CPU.
 
 use std::io::Write as _;
 use std::num::NonZeroUsize;
@@ -20,16 +51,27 @@ use std::time::{Duration, Instant};
 
 use fencing::AcquireOptions;
 use fencing_etcd::{EtcdConfig, EtcdSource};
+use fencing_integration::bench::{main_with, next_event, BoxError};
 use fencing_integration::cache::cached_bin;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
+use fencing_integration::process::die_with_parent;
 use fencing_integration::scenarios;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use rustix::process::Signal;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 
-use fencing_integration::bench::{main_with, next_event, BoxError};
-
-const TTL: Duration = Duration::from_secs(60);
-/// Bounds each step of the Go side (taking or releasing 10,000 locks).
+/// Both sides' lease TTL: short, so that an idle window sees several
+/// renewals (every TTL/3).
+const TTL_SECS: u64 = 10;
+/// Releases in flight at once (either side), whatever F was.
+const RELEASE_IN_FLIGHT: usize = 64;
+/// Bounds each step of a side (taking or releasing 10,000 locks).
 const EVENT_LIMIT: Duration = Duration::from_secs(120);
+/// Bounds a child's answer to a "cpu" line, connecting, one release, and
+/// the wait for a child's exit.
+const OP_LIMIT: Duration = Duration::from_secs(10);
+/// The first argument that makes this binary the Rust side's child.
+const CHILD: &str = "child";
 
 /// N locks held at once from one source, against Go with one session.
 #[derive(clap::Parser)]
@@ -37,30 +79,84 @@ struct Args {
     /// The numbers of locks held at once, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
     sizes: Vec<NonZeroUsize>,
-    /// Acquires in flight at once.
-    #[arg(long = "in-flight", default_value = "64")]
-    in_flight: NonZeroUsize,
-    /// Also write one CSV row per N and side here.
+    /// Acquires in flight at once, comma-separated: every N is measured
+    /// with each.
+    #[arg(long = "in-flight", value_delimiter = ',', default_value = "1,16,256")]
+    in_flight: Vec<NonZeroUsize>,
+    /// The idle window over which each side's CPU time is measured, per N.
+    #[arg(long = "idle-secs", default_value = "10")]
+    idle_secs: NonZeroUsize,
+    /// Also write one CSV row per N, in-flight count and side here.
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
 }
 
-/// What one side measured for one N.
+/// The Rust side of one point, run as `held-bench child ...`; it speaks the
+/// protocol of `etcd-mutex held` on stdin and stdout.
+#[derive(clap::Parser)]
+struct ChildArgs {
+    #[arg(long)]
+    endpoints: String,
+    #[arg(long)]
+    prefix: String,
+    #[arg(long)]
+    count: NonZeroUsize,
+    #[arg(long = "in-flight")]
+    in_flight: NonZeroUsize,
+    /// Take, hold and release the locks this many times on one source.
+    #[arg(long, default_value = "1")]
+    cycles: NonZeroUsize,
+}
+
+/// What one side measured for one N and in-flight count.
 struct Figures {
     grants_per_s: f64,
     kb_per_grant: f64,
     streams: f64,
     watchers: f64,
-    rss_after_kb: i64,
+    host_busy_pct: f64,
+    rss_after_kb: f64,
+}
+
+/// One side's idle window.
+#[derive(Clone, Copy)]
+struct Idle {
+    cpu_ms_per_s: f64,
+    keepalives: f64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Go,
+    Rust,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Go => "go",
+            Side::Rust => "rust",
+        }
+    }
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(CHILD) {
+        let args = <ChildArgs as clap::Parser>::parse_from(std::env::args().skip(1));
+        return main_with("held-bench child", async {
+            let result = child(args).await;
+            if let Err(e) = &result {
+                // The driver reads this line where it expected an event.
+                emit(json!({"event": "error", "id": "rust", "error": e.to_string()}));
+            }
+            result
+        });
+    }
     let args = <Args as clap::Parser>::parse();
     main_with("held-bench", run(args))
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let in_flight = args.in_flight.get();
     let go = cached_bin("etcd-mutex");
     if !go.exists() {
         return Err(format!(
@@ -69,72 +165,242 @@ async fn run(args: Args) -> Result<(), BoxError> {
         )
         .into());
     }
+    let programs = Programs {
+        go,
+        rust: std::env::current_exe()?,
+    };
+    let idle = Duration::from_secs(args.idle_secs.get() as u64);
+    let in_flights: Vec<usize> = args.in_flight.iter().map(|f| f.get()).collect();
+    let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
+    let largest = *sizes.iter().max().unwrap_or(&0);
+    let last_f = *in_flights.last().unwrap_or(&1);
     let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
     println!(
-        "held-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex (one session), {} in flight",
-        in_flight
+        "held-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex (one session each), \
+         TTL {TTL_SECS} s (renewed every TTL/3), idle window {} s at {last_f} in flight",
+        idle.as_secs()
     );
     println!(
-        "{:>6} {:>5} {:>10} {:>10} {:>8} {:>9} {:>12}",
-        "N", "side", "grants/s", "KB/grant", "streams", "watchers", "RSS after KB"
+        "{:>6} {:>5} {:>5} {:>9} {:>9} {:>7} {:>8} {:>6} {:>8} {:>6} {:>9}",
+        "N",
+        "in-fl",
+        "side",
+        "grants/s",
+        "KB/grant",
+        "streams",
+        "watchers",
+        "host%",
+        "CPU ms/s",
+        "keepal",
+        "RSS after"
     );
     let mut csv = args.csv.as_ref().map(std::fs::File::create).transpose()?;
     if let Some(f) = csv.as_mut() {
-        writeln!(f, "n,side,grants_per_s,kb_per_grant,streams,watchers")?;
+        writeln!(
+            f,
+            "n,in_flight,side,series,grants_per_s,kb_per_grant,streams,watchers,\
+             host_busy_pct,idle_cpu_ms_per_s,idle_keepalives"
+        )?;
     }
-    let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
-    let largest = *sizes.iter().max().unwrap_or(&0);
     for &n in &sizes {
-        let go_fig = go_side(&go, &cluster, n, in_flight).await?;
-        print_row(n, "go", &go_fig);
-        let source = connect(&cluster, &format!("/held-rust-{n}")).await?;
-        let rust = rust_side(&source, &cluster, n, in_flight).await?;
-        print_row(n, "rust", &rust);
-        if let Some(f) = csv.as_mut() {
-            for (side, fig) in [("go", &go_fig), ("rust", &rust)] {
-                writeln!(
-                    f,
-                    "{n},{side},{:.0},{:.3},{},{}",
-                    fig.grants_per_s, fig.kb_per_grant, fig.streams, fig.watchers
-                )?;
+        let mut rows: Vec<(usize, Side, Figures)> = Vec::new();
+        let mut idles: Vec<(Side, Idle)> = Vec::new();
+        for &f in &in_flights {
+            let measure_idle = (f == last_f).then_some(idle);
+            let mut pair = Vec::new();
+            for side in [Side::Go, Side::Rust] {
+                let cycles = if side == Side::Rust && n == largest && f == last_f {
+                    3
+                } else {
+                    1
+                };
+                let point = Point {
+                    n,
+                    in_flight: f,
+                    cycles,
+                    idle: measure_idle,
+                };
+                let (figs, idle_fig) = run_side(&programs, side, &cluster, &point).await?;
+                print_row(n, f, side.name(), &figs[0], idle_fig.as_ref());
+                if let Some(i) = idle_fig {
+                    idles.push((side, i));
+                }
+                if figs.len() == 3 {
+                    for (name, fig) in ["rust2", "rust3"].iter().zip(&figs[1..]) {
+                        print_row(n, f, name, fig, None);
+                    }
+                    // Memory comes back when a later cycle ends where an
+                    // earlier one did: the allocator keeps what the first
+                    // cycle touched, so the second and third are compared.
+                    println!(
+                        "held-bench: N={n} RSS after the third release / after the second {:.2}",
+                        figs[2].rss_after_kb / figs[1].rss_after_kb
+                    );
+                }
+                let first = figs.into_iter().next().ok_or("no figures")?;
+                pair.push(first);
+            }
+            let (rust, go_fig) = (&pair[1], &pair[0]);
+            println!(
+                "held-bench: N={n} F={f} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / go)",
+                rust.grants_per_s / go_fig.grants_per_s,
+                rust.kb_per_grant / go_fig.kb_per_grant.max(0.001),
+            );
+            let mut pair = pair.into_iter();
+            for side in [Side::Go, Side::Rust] {
+                rows.push((f, side, pair.next().ok_or("missing side")?));
             }
         }
-        println!(
-            "held-bench: N={n} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / go)",
-            rust.grants_per_s / go_fig.grants_per_s,
-            rust.kb_per_grant / go_fig.kb_per_grant.max(0.001),
-        );
-        if n == largest {
-            // Memory comes back when a later cycle ends where an earlier
-            // one did: the allocator keeps what the first cycle touched,
-            // so the second and third are compared.
-            let mut after = Vec::new();
-            for side in ["rust2", "rust3"] {
-                let again = rust_side(&source, &cluster, n, in_flight).await?;
-                print_row(n, side, &again);
-                after.push(again.rss_after_kb as f64);
-            }
+        let idle_of = |side: Side| idles.iter().find(|(s, _)| *s == side).map(|(_, i)| *i);
+        if let (Some(g), Some(r)) = (idle_of(Side::Go), idle_of(Side::Rust)) {
             println!(
-                "held-bench: N={n} RSS after the third release / after the second {:.2}",
-                after[1] / after[0]
+                "held-bench: N={n} idle CPU ms/s rust {:.2} go {:.2} (ratio {:.2}), keep-alives rust {} go {}",
+                r.cpu_ms_per_s,
+                g.cpu_ms_per_s,
+                r.cpu_ms_per_s / g.cpu_ms_per_s.max(0.001),
+                r.keepalives,
+                g.keepalives
             );
+        }
+        if let Some(file) = csv.as_mut() {
+            for (f, side, fig) in &rows {
+                let i = idle_of(*side);
+                writeln!(
+                    file,
+                    "{n},{f},{s},{s} {f},{:.0},{:.3},{},{},{:.0},{},{}",
+                    fig.grants_per_s,
+                    fig.kb_per_grant,
+                    fig.streams,
+                    fig.watchers,
+                    fig.host_busy_pct,
+                    i.map_or(String::new(), |i| format!("{:.3}", i.cpu_ms_per_s)),
+                    i.map_or(String::new(), |i| i.keepalives.to_string()),
+                    s = side.name(),
+                )?;
+            }
         }
     }
     Ok(())
 }
 
-fn print_row(n: usize, side: &str, f: &Figures) {
+fn print_row(n: usize, f: usize, side: &str, fig: &Figures, idle: Option<&Idle>) {
+    let (cpu, ka) = idle.map_or(("-".to_owned(), "-".to_owned()), |i| {
+        (format!("{:.2}", i.cpu_ms_per_s), i.keepalives.to_string())
+    });
     println!(
-        "{n:>6} {side:>5} {:>10.0} {:>10.2} {:>8} {:>9} {:>12}",
-        f.grants_per_s, f.kb_per_grant, f.streams, f.watchers, f.rss_after_kb
+        "{n:>6} {f:>5} {side:>5} {:>9.0} {:>9.2} {:>7} {:>8} {:>6.0} {cpu:>8} {ka:>6} {:>9}",
+        fig.grants_per_s,
+        fig.kb_per_grant,
+        fig.streams,
+        fig.watchers,
+        fig.host_busy_pct,
+        fig.rss_after_kb
     );
 }
 
-async fn connect(cluster: &EtcdCluster, prefix: &str) -> Result<Arc<EtcdSource>, BoxError> {
-    let cfg = EtcdConfig::new(cluster.endpoints(), prefix)?
-        .ttl(TTL)
-        .request_timeout(Duration::from_secs(5));
-    Ok(Arc::new(EtcdSource::connect(cfg).await?))
+struct Programs {
+    go: std::path::PathBuf,
+    rust: std::path::PathBuf,
+}
+
+/// One measurement: N locks, F in flight, how many take-hold-release
+/// cycles, and the idle window if this point measures one.
+struct Point {
+    n: usize,
+    in_flight: usize,
+    cycles: usize,
+    idle: Option<Duration>,
+}
+
+/// Runs one side's child for one point: the figures of each cycle, and of
+/// the idle window (in the first cycle) if asked for.
+async fn run_side(
+    programs: &Programs,
+    side: Side,
+    cluster: &EtcdCluster,
+    p: &Point,
+) -> Result<(Vec<Figures>, Option<Idle>), BoxError> {
+    let (n, f) = (p.n, p.in_flight);
+    let mut cmd = match side {
+        Side::Go => {
+            let mut c = std::process::Command::new(&programs.go);
+            c.arg("held")
+                .args(["--release-in-flight", &RELEASE_IN_FLIGHT.to_string()])
+                .args(["--ttl", &TTL_SECS.to_string()]);
+            c
+        }
+        Side::Rust => {
+            let mut c = std::process::Command::new(&programs.rust);
+            c.arg(CHILD).args(["--cycles", &p.cycles.to_string()]);
+            c
+        }
+    };
+    cmd.args(["--endpoints", &cluster.endpoints().join(",")])
+        .args(["--prefix", &format!("/held-{}-{n}-{f}", side.name())])
+        .args(["--count", &n.to_string(), "--in-flight", &f.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    die_with_parent(&mut cmd, Signal::KILL);
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()?;
+    let program = match side {
+        Side::Go => "etcd-mutex held",
+        Side::Rust => "held-bench child",
+    };
+    let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    let mut figures = Vec::new();
+    let mut idle = None;
+    for cycle in 0..p.cycles {
+        let held = next_event(&mut lines, program, "held", EVENT_LIMIT).await?;
+        let (streams, watchers) = watch_counts(cluster).await?;
+        if let (0, Some(window)) = (cycle, p.idle) {
+            let ka_before = keepalives(cluster).await?;
+            let before = cpu_sample(&mut stdin, &mut lines, program).await?;
+            tokio::time::sleep(window).await;
+            let after = cpu_sample(&mut stdin, &mut lines, program).await?;
+            let ka_after = keepalives(cluster).await?;
+            idle = Some(Idle {
+                cpu_ms_per_s: (after.0 - before.0) / 1e3 / ((after.1 - before.1) / 1e6),
+                keepalives: ka_after - ka_before,
+            });
+        }
+        stdin.write_all(b"release\n").await?;
+        let released = next_event(&mut lines, program, "released", EVENT_LIMIT).await?;
+        figures.push(Figures {
+            grants_per_s: n as f64 / number(&held, "seconds")?,
+            kb_per_grant: (number(&held, "rss_kb_held")? - number(&held, "rss_kb_before")?)
+                / n as f64,
+            streams,
+            watchers,
+            host_busy_pct: number(&held, "host_busy_pct")?,
+            rss_after_kb: number(&released, "rss_kb_after")?,
+        });
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(OP_LIMIT, child.wait())
+        .await
+        .map_err(|_| format!("{program} did not exit within {OP_LIMIT:?}"))??;
+    if !status.success() {
+        return Err(format!("{program} exited with {status}").into());
+    }
+    Ok((figures, idle))
+}
+
+fn number(v: &Value, k: &str) -> Result<f64, BoxError> {
+    Ok(v[k].as_f64().ok_or(format!("no {k} in {v}"))?)
+}
+
+/// Asks a child for its CPU time and its wall time, both in µs.
+async fn cpu_sample<R: tokio::io::AsyncBufRead + Unpin>(
+    stdin: &mut tokio::process::ChildStdin,
+    lines: &mut Lines<R>,
+    program: &str,
+) -> Result<(f64, f64), BoxError> {
+    stdin.write_all(b"cpu\n").await?;
+    let cpu = next_event(lines, program, "cpu", OP_LIMIT).await?;
+    Ok((number(&cpu, "cpu_us")?, number(&cpu, "wall_us")?))
 }
 
 async fn watch_counts(cluster: &EtcdCluster) -> Result<(f64, f64), BoxError> {
@@ -146,68 +412,131 @@ async fn watch_counts(cluster: &EtcdCluster) -> Result<(f64, f64), BoxError> {
     ))
 }
 
-async fn rust_side(
-    source: &Arc<EtcdSource>,
-    cluster: &EtcdCluster,
-    n: usize,
-    in_flight: usize,
-) -> Result<Figures, BoxError> {
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
-    let before = rss_kb();
-    let started = Instant::now();
-    let grants = scenarios::acquire_many(source.clone(), n, in_flight, &opts).await?;
-    let seconds = started.elapsed().as_secs_f64();
-    // A grant's own-key watch starts 100 ms after it: count and weigh the
-    // held grants with their watches.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let held = rss_kb();
-    let (streams, watchers) = watch_counts(cluster).await?;
-    for g in grants {
-        g.release().await?;
-    }
-    Ok(Figures {
-        grants_per_s: n as f64 / seconds,
-        kb_per_grant: (held - before) as f64 / n as f64,
-        streams,
-        watchers,
-        rss_after_kb: rss_kb(),
-    })
+/// LeaseKeepAlive messages the members have received so far.
+async fn keepalives(cluster: &EtcdCluster) -> Result<f64, BoxError> {
+    let by = cluster
+        .metric_by("grpc_server_msg_received_total", Some("grpc_method"))
+        .await?;
+    Ok(by.get("LeaseKeepAlive").copied().unwrap_or(0.0))
 }
 
-async fn go_side(
-    program: &std::path::Path,
-    cluster: &EtcdCluster,
-    n: usize,
-    in_flight: usize,
-) -> Result<Figures, BoxError> {
-    let mut child = tokio::process::Command::new(program)
-        .args(["held", "--endpoints", &cluster.endpoints().join(",")])
-        .args(["--prefix", &format!("/held-go-{n}")])
-        .args([
-            "--count",
-            &n.to_string(),
-            "--in-flight",
-            &in_flight.to_string(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-    let held = next_event(&mut lines, "etcd-mutex", "held", EVENT_LIMIT).await?;
-    let (streams, watchers) = watch_counts(cluster).await?;
-    let mut stdin = child.stdin.take().ok_or("no stdin")?;
-    stdin.write_all(b"release\n").await?;
-    let released = next_event(&mut lines, "etcd-mutex", "released", EVENT_LIMIT).await?;
-    tokio::time::timeout(Duration::from_secs(30), child.wait()).await??;
-    let number = |v: &serde_json::Value, k: &str| v[k].as_f64().ok_or(format!("no {k} in {v}"));
-    Ok(Figures {
-        grants_per_s: n as f64 / number(&held, "seconds")?,
-        kb_per_grant: (number(&held, "rss_kb_held")? - number(&held, "rss_kb_before")?) / n as f64,
-        streams,
-        watchers,
-        rss_after_kb: number(&released, "rss_kb_after")? as i64,
-    })
+/// The Rust side: one source, `--count` locks `--in-flight` at a time, the
+/// events and stdin lines of `etcd-mutex held`.
+async fn child(a: ChildArgs) -> Result<(), BoxError> {
+    let started = Instant::now();
+    let (n, in_flight) = (a.count.get(), a.in_flight.get());
+    let cfg = EtcdConfig::new(a.endpoints.split(','), a.prefix)?
+        .ttl(Duration::from_secs(TTL_SECS))
+        .request_timeout(Duration::from_secs(5));
+    let source = tokio::time::timeout(OP_LIMIT, EtcdSource::connect(cfg))
+        .await
+        .map_err(|_| "connect: timed out")??;
+    let source = Arc::new(source);
+    let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    for _ in 0..a.cycles.get() {
+        let before = rss_kb();
+        let host_before = HostTicks::read();
+        let t0 = Instant::now();
+        let grants = tokio::time::timeout(
+            EVENT_LIMIT,
+            scenarios::acquire_many(source.clone(), n, in_flight, &opts),
+        )
+        .await
+        .map_err(|_| format!("{n} acquires took over {EVENT_LIMIT:?}"))??;
+        let seconds = t0.elapsed().as_secs_f64();
+        let host_busy_pct = HostTicks::read().busy_pct_since(&host_before);
+        // A grant's own-key watch starts 100 ms after it: weigh the held
+        // grants with their watches.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        emit(json!({"event": "held", "count": n, "seconds": seconds,
+            "rss_kb_before": before, "rss_kb_held": rss_kb(), "host_busy_pct": host_busy_pct}));
+        loop {
+            let line = stdin
+                .next_line()
+                .await?
+                .ok_or("stdin closed before the release line")?;
+            if line.trim() != "cpu" {
+                break;
+            }
+            emit(json!({"event": "cpu", "cpu_us": cpu_micros(),
+                "wall_us": started.elapsed().as_micros() as u64}));
+        }
+        release_all(grants).await?;
+        emit(json!({"event": "released", "rss_kb_after": rss_kb()}));
+    }
+    tokio::time::timeout(OP_LIMIT, source.close())
+        .await
+        .map_err(|_| "close: timed out")??;
+    Ok(())
+}
+
+/// Releases every grant, [`RELEASE_IN_FLIGHT`] at a time.
+async fn release_all(grants: Vec<fencing::Grant>) -> Result<(), BoxError> {
+    let mut chunks: Vec<Vec<fencing::Grant>> = (0..RELEASE_IN_FLIGHT).map(|_| Vec::new()).collect();
+    for (i, g) in grants.into_iter().enumerate() {
+        chunks[i % RELEASE_IN_FLIGHT].push(g);
+    }
+    let mut workers = tokio::task::JoinSet::new();
+    for chunk in chunks {
+        workers.spawn(async move {
+            for g in chunk {
+                tokio::time::timeout(OP_LIMIT, g.release())
+                    .await
+                    .map_err(|_| format!("release: no answer within {OP_LIMIT:?}"))?
+                    .map_err(|e| format!("release: {e}"))?;
+            }
+            Ok::<_, String>(())
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// One event line on stdout (Rust's stdout flushes at each newline).
+fn emit(v: Value) {
+    println!("{v}");
+}
+
+/// This process's CPU time (all threads, user and system), in µs.
+fn cpu_micros() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
+}
+
+/// The host's CPU time from the first line of /proc/stat: all of it, and
+/// the part spent neither idle nor waiting for I/O.
+struct HostTicks {
+    total: u64,
+    busy: u64,
+}
+
+impl HostTicks {
+    fn read() -> Self {
+        let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let fields = text.lines().next().unwrap_or("").split_whitespace();
+        let mut t = HostTicks { total: 0, busy: 0 };
+        // user nice system idle iowait irq softirq steal (guest time is
+        // already counted in user and nice).
+        for (i, v) in fields.skip(1).take(8).enumerate() {
+            let v: u64 = v.parse().unwrap_or(0);
+            t.total += v;
+            if i != 3 && i != 4 {
+                t.busy += v;
+            }
+        }
+        t
+    }
+
+    /// Share of all the host's CPUs busy since `earlier`, in percent.
+    fn busy_pct_since(&self, earlier: &HostTicks) -> f64 {
+        if self.total <= earlier.total {
+            return 0.0;
+        }
+        100.0 * (self.busy - earlier.busy) as f64 / (self.total - earlier.total) as f64
+    }
 }
 
 /// Resident memory of this process, in KiB.
