@@ -1,43 +1,75 @@
 //! waiter-bench: how a hand-over's cost grows with the queue, on one real
-//! 3-member etcd 3.6 cluster, ours beside Go's `concurrency.Mutex`.
+//! cluster, ours beside the backend's reference lock (the "anchor").
+//!
+//! Usage: waiter-bench [--backend etcd|zk|kube] [--counts 1,4,16,64,256] [--csv FILE]
 //!
 //! For each W in `--counts`, a holder takes the lock, W waiters (each its
-//! own session: a source each on our side, a session each on one Go client)
-//! queue behind it, and the holder releases. The lock then passes down the
-//! queue, each waiter releasing as soon as it holds. Reported per side and
-//! W: the median gap between consecutive grants (the first measured from
-//! the holder's release), and the gRPC messages the members received per
-//! hand-over, read from `grpc_server_msg_received_total` just before the
-//! release and after the last grant. Both should stay flat as W grows: a
-//! release wakes only the next waiter. Figures are printed, not asserted.
+//! own session) queue behind it, and the holder releases. The lock then
+//! passes down the queue, each waiter releasing as soon as it holds.
+//! Reported per side and W: the median gap between consecutive grants (the
+//! first measured from the holder's release), the time from the release to
+//! the last grant, and the requests the servers received per hand-over,
+//! read just before the release and after the last grant. Figures are
+//! printed, not asserted.
+//!
+//! - etcd (3.6, 3 members): EtcdSource, one per waiter, vs Go's
+//!   `concurrency.Mutex` (`etcd-mutex waiters`, one client, a session per
+//!   waiter); requests = `grpc_server_msg_received_total` summed over the
+//!   members. See [`etcd`].
+//! - zk (ZooKeeper 3.9, 3 servers): ZkSource, one per waiter, vs Apache
+//!   Curator's `InterProcessMutex` (`curator-mutex.jar waiters`, one
+//!   CuratorFramework client per waiter, each acquiring in its own thread);
+//!   requests = `zk_packets_received` of `mntr` summed over the servers.
+//!   See [`zk`].
+//! - kube (one kube-apiserver): KubeLeaseSource, one per waiter, vs
+//!   client-go's leader election; requests = `apiserver_request_total`.
+//!   See [`kube`].
+//!
+//! `--csv FILE` writes one row per W and side; one run covers one backend,
+//! so keep one file per backend. Columns:
+//! `backend,waiters,side,gap_us,chain_ms,requests_per_handover`, with side
+//! `rust` or the anchor's language (`go` for etcd and kube, `java` for zk).
 
+// A crate root's modules would live beside it in src/bin/, shared by every
+// binary there; these are waiter-bench's own (Cargo.toml stays as it was).
+#[path = "waiter_bench/etcd.rs"]
+mod etcd;
+#[path = "waiter_bench/kube.rs"]
+mod kube;
+#[path = "waiter_bench/zk.rs"]
+mod zk;
+
+use std::fs::File;
+use std::future::Future;
 use std::io::Write as _;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource, ResourceName};
-use fencing_etcd::etcd_client::GetOptions;
-use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::bench::{main_with, next_event, BoxError};
-use fencing_integration::cache::cached_bin;
-use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-const TTL: Duration = Duration::from_secs(60);
+/// Bounds each single request or connect of the Rust side.
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounds queueing W waiters, and the whole chain of W hand-overs.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
-/// After the queue is complete, so every waiter's watch is in etcd's
-/// synced group before the release (an unsynced one is served every 100 ms).
+/// After the queue is complete and before the release, so every waiter is
+/// watching (etcd: its watch is in the synced group, an unsynced one being
+/// served every 100 ms; ZooKeeper: a node exists a moment before its
+/// owner's watch on the predecessor).
 const SETTLE: Duration = Duration::from_millis(300);
-const METRIC: &str = "grpc_server_msg_received_total";
+const RESOURCE: &str = "bench";
 
 #[derive(clap::Parser)]
-#[command(about = "Hand-over down a queue of W waiters on one etcd lock, ours beside Go's Mutex")]
+#[command(
+    about = "Hand-over down a queue of W waiters on one lock, ours beside the backend's anchor"
+)]
 struct Args {
+    /// Which backend and anchor: etcd (Go concurrency.Mutex), zk (Curator
+    /// InterProcessMutex) or kube (client-go leader election).
+    #[arg(long, value_enum, default_value = "etcd")]
+    backend: Backend,
     /// The queue lengths, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
     counts: Vec<NonZeroUsize>,
@@ -46,13 +78,20 @@ struct Args {
     csv: Option<PathBuf>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Backend {
+    Etcd,
+    Zk,
+    Kube,
+}
+
 /// What one side measured for one W.
 struct Figures {
     /// Median gap between consecutive grants, in µs.
     gap_us: f64,
     /// Release of the holder to the last grant, in ms.
     chain_ms: f64,
-    /// gRPC messages received by the members per hand-over.
+    /// Requests received by the servers per hand-over.
     requests: f64,
 }
 
@@ -62,51 +101,80 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let go = cached_bin("etcd-mutex");
-    if !go.exists() {
-        return Err(format!(
-            "{} is missing: run bash scripts/install/go-interop.sh",
-            go.display()
-        )
-        .into());
+    let counts: Vec<usize> = args.counts.iter().map(|w| w.get()).collect();
+    let (name, anchor) = match args.backend {
+        Backend::Etcd => ("etcd", "go"),
+        Backend::Zk => ("zk", "java"),
+        Backend::Kube => ("kube", "go"),
+    };
+    let mut report = Report::new(name, anchor, args.csv.as_deref())?;
+    match args.backend {
+        Backend::Etcd => etcd::run(&counts, &mut report).await,
+        Backend::Zk => zk::run(&counts, &mut report).await,
+        Backend::Kube => kube::run(&counts, &mut report).await,
     }
-    let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
-    println!("waiter-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex");
-    println!(
-        "{:>5} {:>5} {:>12} {:>10} {:>14}",
-        "W", "side", "gap µs", "chain ms", "requests/hand"
-    );
-    let mut csv = args.csv.as_ref().map(std::fs::File::create).transpose()?;
-    if let Some(f) = csv.as_mut() {
-        writeln!(f, "waiters,side,gap_us,chain_ms,requests_per_handover")?;
+}
+
+/// The table on stdout and the optional CSV file.
+struct Report {
+    backend: &'static str,
+    anchor: &'static str,
+    csv: Option<File>,
+}
+
+impl Report {
+    fn new(
+        backend: &'static str,
+        anchor: &'static str,
+        csv: Option<&std::path::Path>,
+    ) -> Result<Report, BoxError> {
+        let mut csv = csv.map(File::create).transpose()?;
+        if let Some(f) = csv.as_mut() {
+            writeln!(
+                f,
+                "backend,waiters,side,gap_us,chain_ms,requests_per_handover"
+            )?;
+        }
+        Ok(Report {
+            backend,
+            anchor,
+            csv,
+        })
     }
-    for w in args.counts.iter().map(|w| w.get()) {
-        let go_fig = go_side(&go, &cluster, w).await?;
-        let rust = rust_side(&cluster, w).await?;
-        for (side, fig) in [("go", &go_fig), ("rust", &rust)] {
+
+    /// The title line (what runs, who is compared) and the table header.
+    fn title(&self, what: &str) {
+        println!("waiter-bench: {what}");
+        println!(
+            "{:>5} {:>5} {:>12} {:>10} {:>14}",
+            "W", "side", "gap µs", "chain ms", "requests/hand"
+        );
+    }
+
+    /// The rows of one W, and the ratios.
+    fn rows(&mut self, w: usize, anchor: &Figures, rust: &Figures) -> Result<(), BoxError> {
+        for (side, fig) in [(self.anchor, anchor), ("rust", rust)] {
             println!(
                 "{w:>5} {side:>5} {:>12.0} {:>10.1} {:>14.2}",
                 fig.gap_us, fig.chain_ms, fig.requests
             );
-            if let Some(f) = csv.as_mut() {
+            if let Some(f) = self.csv.as_mut() {
                 writeln!(
                     f,
-                    "{w},{side},{:.0},{:.1},{:.2}",
-                    fig.gap_us, fig.chain_ms, fig.requests
+                    "{},{w},{side},{:.0},{:.1},{:.2}",
+                    self.backend, fig.gap_us, fig.chain_ms, fig.requests
                 )?;
+                f.flush()?;
             }
         }
         println!(
-            "waiter-bench: W={w} gap ratio {:.2}, requests ratio {:.2} (rust / go)",
-            rust.gap_us / go_fig.gap_us,
-            rust.requests / go_fig.requests
+            "waiter-bench: W={w} gap ratio {:.2}, requests ratio {:.2} (rust / {})",
+            rust.gap_us / anchor.gap_us,
+            rust.requests / anchor.requests,
+            self.anchor
         );
+        Ok(())
     }
-    Ok(())
-}
-
-async fn messages(cluster: &EtcdCluster) -> Result<f64, BoxError> {
-    Ok(cluster.metric(METRIC).await?)
 }
 
 /// Median gap between consecutive grant times (µs after the release).
@@ -129,100 +197,45 @@ fn figures(mut granted_us: Vec<f64>, requests: f64) -> Figures {
     }
 }
 
-async fn rust_side(cluster: &EtcdCluster, w: usize) -> Result<Figures, BoxError> {
-    let prefix = format!("/waiters-rust-{w}");
-    let cfg = EtcdConfig::new(cluster.endpoints(), prefix.as_str())?
-        .ttl(TTL)
-        .request_timeout(OP_TIMEOUT);
-    let resource = ResourceName::new("bench")?;
-    let opts = AcquireOptions::new().timeout(PHASE_LIMIT);
-    let holder = EtcdSource::connect(cfg.clone()).await?;
-    let held = holder.acquire(&resource, &opts).await?;
-
-    let mut queue = tokio::task::JoinSet::new();
-    let mut sources = Vec::with_capacity(w);
-    for _ in 0..w {
-        let source = Arc::new(EtcdSource::connect(cfg.clone()).await?);
-        sources.push(source.clone());
-        let (resource, opts) = (resource.clone(), opts.clone());
-        queue.spawn(async move {
-            let grant = source.acquire(&resource, &opts).await?;
-            let at = Instant::now();
-            grant.release().await?;
-            Ok::<_, BoxError>(at)
-        });
-    }
-    wait_queued(&holder, &format!("{prefix}/bench/"), w + 1).await?;
-    tokio::time::sleep(SETTLE).await;
-
-    let before = messages(cluster).await?;
-    let t0 = Instant::now();
-    held.release().await?;
-    let mut granted_us = Vec::with_capacity(w);
-    let chain = async {
-        while let Some(done) = queue.join_next().await {
-            granted_us.push(done??.duration_since(t0).as_micros() as f64);
-        }
-        Ok::<_, BoxError>(())
-    };
-    tokio::time::timeout(PHASE_LIMIT, chain)
-        .await
-        .map_err(|_| format!("W={w}: the queue did not drain within {PHASE_LIMIT:?}"))??;
-    let requests = messages(cluster).await? - before;
-    for s in sources.iter().chain([&Arc::new(holder)]) {
-        tokio::time::timeout(OP_TIMEOUT, s.close()).await??;
-    }
-    Ok(figures(granted_us, requests))
-}
-
-/// Polls until `n` keys are queued under `dir`.
-async fn wait_queued(source: &EtcdSource, dir: &str, n: usize) -> Result<(), BoxError> {
-    let deadline = Instant::now() + PHASE_LIMIT;
-    let mut client = source.client();
-    loop {
-        let only_count = GetOptions::new().with_prefix().with_count_only();
-        let found = tokio::time::timeout(OP_TIMEOUT, client.get(dir, Some(only_count)))
-            .await??
-            .count();
-        if usize::try_from(found)? >= n {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("only {found} of {n} contenders queued on {dir}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn go_side(
-    program: &std::path::Path,
-    cluster: &EtcdCluster,
+/// Drives an anchor's `waiters` subcommand (etcd-mutex, curator-mutex):
+/// waits for `queued`, settles, reads `count`, sends the release line,
+/// waits for `done` (the grant times), reads `count` again, then sends the
+/// exit line and waits (at most `exit_limit`) for the program to close its
+/// sessions and end. The child is killed if anything fails.
+async fn anchor_side<F, Fut>(
+    mut cmd: tokio::process::Command,
+    name: &str,
     w: usize,
-) -> Result<Figures, BoxError> {
-    let mut child = tokio::process::Command::new(program)
-        .args(["waiters", "--endpoints", &cluster.endpoints().join(",")])
-        .args(["--prefix", &format!("/waiters-go-{w}/bench")])
-        .args([
-            "--count",
-            &w.to_string(),
-            "--ttl",
-            &TTL.as_secs().to_string(),
-        ])
+    exit_limit: Duration,
+    count: F,
+) -> Result<Figures, BoxError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<f64, BoxError>>,
+{
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
     let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-    next_event(&mut lines, "etcd-mutex", "queued", PHASE_LIMIT).await?;
+    next_event(&mut lines, name, "queued", PHASE_LIMIT).await?;
     tokio::time::sleep(SETTLE).await;
-    let before = messages(cluster).await?;
+    let before = count().await?;
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     stdin.write_all(b"release\n").await?;
-    let done = next_event(&mut lines, "etcd-mutex", "done", PHASE_LIMIT).await?;
-    let requests = messages(cluster).await? - before;
+    stdin.flush().await?;
+    let done = next_event(&mut lines, name, "done", PHASE_LIMIT).await?;
+    let requests = count().await? - before;
     // Its sessions are closed only now, outside the counted window.
     stdin.write_all(b"exit\n").await?;
-    tokio::time::timeout(OP_TIMEOUT * 4, child.wait()).await??;
+    stdin.flush().await?;
+    let status = tokio::time::timeout(exit_limit, child.wait())
+        .await
+        .map_err(|_| format!("{name} did not exit within {exit_limit:?}"))??;
+    if !status.success() {
+        return Err(format!("{name} exited with {status}").into());
+    }
     let granted_us: Vec<f64> = done["granted_us"]
         .as_array()
         .ok_or("no granted_us in the done event")?
@@ -231,7 +244,7 @@ async fn go_side(
         .collect();
     if granted_us.len() != w {
         return Err(format!(
-            "etcd-mutex reported {} grants for {w} waiters",
+            "{name} reported {} grants for {w} waiters",
             granted_us.len()
         )
         .into());

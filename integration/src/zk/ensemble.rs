@@ -120,6 +120,9 @@ pub struct ZkOptions {
     /// The servers' `minSessionTimeout` (the harness's default is 400 ms):
     /// sessions asking for less get this.
     pub min_session_timeout: Duration,
+    /// The servers' `maxClientCnxns` (connections from one IP address to
+    /// one server; 0: no limit). `None` leaves ZooKeeper's default (60).
+    pub max_client_cnxns: Option<u32>,
 }
 
 impl ZkOptions {
@@ -133,7 +136,16 @@ impl ZkOptions {
             sasl_users: Vec::new(),
             require_sasl: false,
             min_session_timeout: Duration::from_millis(400),
+            max_client_cnxns: None,
         }
+    }
+
+    /// Sets the servers' `maxClientCnxns` (0: no limit), e.g. for more than
+    /// 60 sessions from loopback to one server.
+    #[must_use]
+    pub fn max_client_cnxns(mut self, per_ip: u32) -> Self {
+        self.max_client_cnxns = Some(per_ip);
+        self
     }
 
     /// Sets the servers' `minSessionTimeout`.
@@ -596,6 +608,9 @@ impl ZkEnsemble {
             s.client_port,
             self.options.min_session_timeout.as_millis(),
         );
+        if let Some(per_ip) = self.options.max_client_cnxns {
+            cfg.push_str(&format!("maxClientCnxns={per_ip}\n"));
+        }
         if let (Some(files), Some(key_store)) = (&self.options.tls, &self.key_store) {
             // Keys ZooKeeper does not know become `zookeeper.`-prefixed
             // system properties, which is where the TLS settings live.

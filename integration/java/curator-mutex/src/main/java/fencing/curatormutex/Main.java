@@ -8,11 +8,16 @@
 // so stdout stays pure JSON.
 package fencing.curatormutex;
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.time.Instant;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -39,6 +44,11 @@ public final class Main {
     static final long REQUEST_TIMEOUT_MS = 5_000;
     static final int SHUTDOWN_WAIT_MS = 5_000;
     static final long QUEUE_WAIT_MS = 5_000;
+    // waiters: WAITER_TIMEOUT_S bounds each queued acquire (queueing, the
+    // driver's pause before the release line and the whole chain ahead of
+    // it); QUEUE_ALL_MS bounds queueing all of them.
+    static final long WAITER_TIMEOUT_S = 120;
+    static final long QUEUE_ALL_MS = 60_000;
 
     static String id = "java-" + ProcessHandle.current().pid();
 
@@ -52,13 +62,15 @@ public final class Main {
         int code = 0;
         try {
             if (args.length < 1) {
-                throw new Failure("usage: curator-mutex contend|bench [flags]");
+                throw new Failure("usage: curator-mutex contend|bench|waiters|hold [flags]");
             }
             String[] rest = Arrays.copyOfRange(args, 1, args.length);
             switch (args[0]) {
                 case "contend" -> contend(rest);
                 case "bench" -> bench(rest);
-                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend or bench)");
+                case "waiters" -> waiters(rest);
+                case "hold" -> hold(rest);
+                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters or hold)");
             }
         } catch (Throwable e) {
             emitError(e);
@@ -85,6 +97,15 @@ public final class Main {
             Object v = f.getValue();
             if (v instanceof Number) {
                 b.append(v);
+            } else if (v instanceof long[] list) {
+                b.append('[');
+                for (int i = 0; i < list.length; i++) {
+                    if (i > 0) {
+                        b.append(',');
+                    }
+                    b.append(list[i]);
+                }
+                b.append(']');
             } else {
                 quote(b, String.valueOf(v));
             }
@@ -466,6 +487,204 @@ public final class Main {
             }
             LockSupport.parkNanos(200_000);
         }
+    }
+
+    // ---- waiters ------------------------------------------------------------
+
+    /**
+     * Hand-over down a queue, the twin of etcd-mutex waiters: a holder takes
+     * the lock, --count waiters queue behind it (each its own client, so its
+     * own session, and its own thread: InterProcessMutex is owned per
+     * thread), {"event":"queued"} once all their lock nodes exist; after a
+     * line on stdin the holder releases, each waiter releases as soon as it
+     * holds, and {"event":"done","granted_us":[...]} gives the grant times in
+     * µs after the release, sorted. The clients close only after a second
+     * line on stdin, so the driver can read server counters first. With
+     * --warmup N the same chain runs N times before, unreported.
+     */
+    static void waiters(String[] args) throws Exception {
+        Map<String, String> f = parseFlags("waiters", args,
+                List.of("connect", "path", "count", "session-timeout-ms", "warmup"));
+        String path = f.get("path");
+        int count = intFlag(f, "count", 0);
+        int sessionTimeoutMs = intFlag(f, "session-timeout-ms", 4000);
+        int warmup = intFlag(f, "warmup", 0);
+        if (path == null || count <= 0 || warmup < 0) {
+            throw new Failure("waiters needs --connect, --path and --count > 0 (--warmup >= 0)");
+        }
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        List<CuratorFramework> clients = new ArrayList<>(count + 1);
+        ExecutorService pool = Executors.newFixedThreadPool(count, r -> {
+            Thread t = new Thread(r, "waiter");
+            t.setDaemon(true);
+            return t;
+        });
+        try {
+            for (int i = 0; i <= count; i++) {
+                clients.add(connect(f.get("connect"), sessionTimeoutMs));
+            }
+            List<InterProcessMutex> mutexes = new ArrayList<>(count + 1);
+            for (CuratorFramework c : clients) {
+                mutexes.add(new InterProcessMutex(c, path));
+            }
+            // The same chain --warmup times unreported (no stdin, no events),
+            // so the JIT has compiled the paths the reported one takes.
+            for (int round = 0; round < warmup; round++) {
+                chain(clients.get(0), mutexes, path, pool);
+            }
+            long[] us = chain(clients.get(0), mutexes, path, pool, () -> {
+                emit(event("queued"));
+                if (in.readLine() == null) {
+                    throw new Failure("stdin closed before the release line");
+                }
+            });
+            Map<String, Object> done = event("done");
+            done.put("granted_us", us);
+            emit(done);
+            in.readLine();
+        } finally {
+            pool.shutdownNow();
+            // Each close is bounded (request timeout, waitForShutdownTimeoutMs);
+            // a holder that never released loses its node with its session.
+            for (CuratorFramework c : clients) {
+                c.close();
+            }
+        }
+    }
+
+    interface Step {
+        void run() throws Exception;
+    }
+
+    static long[] chain(CuratorFramework first, List<InterProcessMutex> mutexes, String path, ExecutorService pool)
+            throws Exception {
+        return chain(first, mutexes, path, pool, () -> { });
+    }
+
+    /**
+     * One hand-over chain: mutexes[0] (the holder) takes the lock, the others
+     * queue, each in a pool thread; once all their nodes exist, beforeRelease
+     * runs, the holder releases, and each waiter releases as soon as it holds.
+     * Returns the grant times in µs after the release, sorted.
+     */
+    static long[] chain(CuratorFramework first, List<InterProcessMutex> mutexes, String path, ExecutorService pool,
+                        Step beforeRelease) throws Exception {
+        int count = mutexes.size() - 1;
+        InterProcessMutex holder = mutexes.get(0);
+        acquire(holder, path);
+        List<Future<Long>> grants = new ArrayList<>(count);
+        for (InterProcessMutex m : mutexes.subList(1, mutexes.size())) {
+            grants.add(pool.submit(() -> {
+                boolean ok;
+                try {
+                    ok = m.acquire(WAITER_TIMEOUT_S, TimeUnit.SECONDS);
+                } catch (Exception e) {
+                    throw new Failure("waiter acquire " + path, e);
+                }
+                if (!ok) {
+                    throw new Failure("waiter acquire " + path + ": not granted within " + WAITER_TIMEOUT_S + " s");
+                }
+                long at = System.nanoTime();
+                release(m, path);
+                return at;
+            }));
+        }
+        waitQueued(first, path, count + 1, grants);
+        beforeRelease.run();
+        long t0 = System.nanoTime();
+        release(holder, path);
+        long deadline = t0 + TimeUnit.SECONDS.toNanos(WAITER_TIMEOUT_S);
+        long[] us = new long[count];
+        for (int i = 0; i < count; i++) {
+            long left = Math.max(0, deadline - System.nanoTime());
+            try {
+                us[i] = (grants.get(i).get(left, TimeUnit.NANOSECONDS) - t0) / 1_000;
+            } catch (ExecutionException e) {
+                throw e.getCause() instanceof Exception ex ? ex : e;
+            } catch (TimeoutException e) {
+                throw new Failure("waiter " + (i + 1) + " not granted within " + WAITER_TIMEOUT_S + " s of the release");
+            }
+        }
+        Arrays.sort(us);
+        return us;
+    }
+
+    /** Polls (bounded) until the lock path has at least n children; a waiter's failure surfaces at once. */
+    static void waitQueued(CuratorFramework client, String path, int n, List<Future<Long>> waiters) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(QUEUE_ALL_MS);
+        while (true) {
+            int found = client.getChildren().forPath(path).size();
+            if (found >= n) {
+                return;
+            }
+            for (Future<Long> w : waiters) {
+                if (w.isDone()) {
+                    try {
+                        w.get();
+                    } catch (ExecutionException e) {
+                        throw e.getCause() instanceof Exception ex ? ex : e;
+                    }
+                    throw new Failure("a waiter was granted while the holder held " + path);
+                }
+            }
+            if (System.nanoTime() > deadline) {
+                throw new Failure("only " + found + " of " + n + " lock nodes under " + path + " after " + QUEUE_ALL_MS + " ms");
+            }
+            LockSupport.parkNanos(5_000_000);
+        }
+    }
+
+    // ---- hold ---------------------------------------------------------------
+
+    /**
+     * Takes the mutex at --path once (the OwnNodeMutex of contend, so the
+     * token is the czxid of the own lock node), emits
+     * {"event":"locked","id":..,"token":..,"at_ns":..} with at_ns the
+     * wall-clock time (ns since the Unix epoch) taken as soon as acquire
+     * returned, holds --hold-ms, releases and emits {"event":"done"}.
+     */
+    static void hold(String[] args) throws Exception {
+        Map<String, String> f = parseFlags("hold", args,
+                List.of("connect", "path", "session-timeout-ms", "hold-ms", "id"));
+        if (f.containsKey("id")) {
+            id = f.get("id");
+        }
+        String path = f.get("path");
+        int sessionTimeoutMs = intFlag(f, "session-timeout-ms", -1);
+        int holdMs = intFlag(f, "hold-ms", -1);
+        if (path == null || sessionTimeoutMs <= 0 || holdMs < 0) {
+            throw new Failure("hold needs --connect, --path, --session-timeout-ms > 0 and --hold-ms >= 0");
+        }
+        try (CuratorFramework client = connect(f.get("connect"), sessionTimeoutMs)) {
+            OwnNodeMutex m = new OwnNodeMutex(client, path);
+            acquire(m, path);
+            long atNs = wallClockNanos();
+            long token;
+            try {
+                token = ownToken(client, m, path);
+            } catch (Exception e) {
+                try {
+                    m.release();
+                } catch (Exception ignored) {
+                    // the session close below removes the node anyway
+                }
+                throw e;
+            }
+            Map<String, Object> locked = event("locked");
+            locked.put("id", id);
+            locked.put("token", token);
+            locked.put("at_ns", atNs);
+            emit(locked);
+            Thread.sleep(holdMs);
+            release(m, path);
+            emit(event("done"));
+        }
+    }
+
+    /** Wall-clock time in ns since the Unix epoch (Instant: µs or finer on Linux). */
+    static long wallClockNanos() {
+        Instant now = Instant.now();
+        return Math.addExact(Math.multiplyExact(now.getEpochSecond(), 1_000_000_000L), now.getNano());
     }
 
     /** Median and 90th percentile (nearest rank) in µs, as the Go program computes them. */
