@@ -194,6 +194,9 @@ pub struct ClientProc {
     /// Where libfaketime reads the wall-clock offset of a `Clock::WallFile`
     /// start (re-read every second).
     clock_file: PathBuf,
+    /// The relays of this client's starts: each ends when its process's
+    /// output does, after its storage writes in flight are answered.
+    relays: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// A client's faked clock (libfaketime preloaded into the client).
@@ -350,13 +353,14 @@ impl World {
         let stdout = child.stdout.take().expect("piped");
         *proc.stdin.lock().await = child.stdin.take();
         proc.child = Some(child);
-        tokio::spawn(relay(
+        proc.relays.retain(|r| !r.is_finished());
+        proc.relays.push(tokio::spawn(relay(
             proc.name.clone(),
             stdout,
             proc.stdin.clone(),
             self.recorder.clone(),
             self.storage.clone(),
-        ));
+        )));
         Ok(())
     }
 }
@@ -491,6 +495,9 @@ async fn relay(
         };
         recorder.record_at(at, &name, kind);
     }
+    // The process is gone, but the writes it sent are still in the storage's
+    // hands (each bounded by its answer limit): their outcomes are history.
+    while writes.join_next().await.is_some() {}
 }
 
 /// One write through the storage, recorded, and answered to the client.
@@ -610,6 +617,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
             generation: 0,
             clock: None,
             clock_file: cfg.out.join(format!("{}.faketime", cfg.client_name(i))),
+            relays: Vec::new(),
         })
         .collect();
     let storage = Arc::new(Storage::start(&exe, &cfg.out.join("storage")).await?);
@@ -765,6 +773,13 @@ async fn finish(world: &mut World) -> Option<String> {
             let _ = tokio::time::timeout(Duration::from_secs(8), child.wait()).await;
         }
         c.kill().await;
+        for relay in c.relays.drain(..) {
+            // A write's answer limit is 1.5 s; more means a bug, not history.
+            let abort = relay.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(10), relay).await.is_err() {
+                abort.abort();
+            }
+        }
     }
     let leftover = leftover_holder(world).await;
     let names: Vec<String> = world.clients.iter().map(|c| c.name.clone()).collect();
