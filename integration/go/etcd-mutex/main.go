@@ -443,8 +443,9 @@ func stats(d []time.Duration) (int64, int64) {
 	return rank(0.5), rank(0.9)
 }
 
-// held takes --count mutexes (prefix/lock-I) on one session, --in-flight at a
-// time, and reports throughput, resident memory and how busy the host's CPUs
+// held connects ("connected"), takes --count mutexes (prefix/lock-I) on one
+// session, --in-flight at a time, and reports ("held") throughput, resident
+// memory, its own CPU time over the acquires and how busy the host's CPUs
 // were meanwhile. It then holds them and answers stdin lines: "cpu" gets a
 // "cpu" event with this process's CPU time (user+system, getrusage) and the
 // wall time since it started, both in µs; any other line releases them all,
@@ -470,9 +471,11 @@ func held(args []string) error {
 	}
 	defer cli.Close()
 	defer s.Close()
+	emit(map[string]any{"event": "connected"})
 	before := rssKB()
 	mutexes := make([]*concurrency.Mutex, *count)
 	hostBefore := hostTicks()
+	cpuBefore := cpuMicros()
 	t0 := time.Now()
 	err = inParallel(*count, *inFlight, func(i int) error {
 		m := concurrency.NewMutex(s, fmt.Sprintf("%s/lock-%d", *prefix, i))
@@ -488,7 +491,7 @@ func held(args []string) error {
 	elapsed := time.Since(t0)
 	emit(map[string]any{"event": "held", "count": *count, "seconds": elapsed.Seconds(),
 		"rss_kb_before": before, "rss_kb_held": rssKB(),
-		"host_busy_pct": hostTicks().busyPct(hostBefore)})
+		"host_busy_pct": hostTicks().busyPct(hostBefore), "cpu_us_acquire": cpuMicros() - cpuBefore})
 	in := bufio.NewScanner(os.Stdin)
 	for {
 		if !in.Scan() {

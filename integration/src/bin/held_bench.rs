@@ -7,42 +7,46 @@
 //!
 //! Each side runs in a process of its own, started afresh for every point,
 //! so memory and CPU time are that side's alone: Go is `etcd-mutex held`,
-//! Rust is this binary re-run as `held-bench child` (one `EtcdSource`). Both
-//! use one lease with a 10 s TTL, renewed every TTL/3 (our session loop
-//! every 3.33 s; Go's lessor at 3.33 s, checked every 500 ms, so 3.33-3.83
-//! s). For each N and each in-flight count F, each side takes N distinct
-//! locks, F acquires at a time, and reports:
+//! Rust is this binary re-run as `held-bench child` (one `EtcdSource`); both
+//! speak the same event lines. Both use one lease with a 10 s TTL, renewed
+//! every TTL/3 (our session loop every 3.33 s; Go's lessor once 3.33 s have
+//! passed, checked every 500 ms). For each N and each in-flight count F,
+//! each side takes N distinct locks, F acquires at a time, and reports:
 //!
-//! - grants/s over the acquires, and how busy the host's CPUs were meanwhile
-//!   (share of both cores, from /proc/stat, read by the child);
+//! - grants/s over the acquires;
+//! - CPU per grant over the acquires: the side's own process
+//!   (`cli us/g`) and the three members' (`etcd us/g`, from
+//!   /proc/PID/stat at 10 ms resolution, from the side's "connected" to its
+//!   "held", so on our side with the 300 ms in which the last own-key
+//!   watches start); `cores` is their sum times grants/s, the share of the
+//!   host's CPUs the point kept busy;
 //! - resident memory per held grant (RSS growth over the acquires / N; the
-//!   Rust child counts it 300 ms after the last grant, once the own-key
+//!   Rust child weighs it 300 ms after the last grant, once the own-key
 //!   watches, which start 100 ms after a grant, are all in place);
 //! - the watch streams and watchers the members count while they are held;
-//! - once per N and side (while the locks of the last F are held, nothing
-//!   else running), the process's CPU time over an idle window of
-//!   `--idle-secs` (getrusage in Go, CLOCK_PROCESS_CPUTIME_ID here), as CPU
-//!   ms per wall second, and the LeaseKeepAlive messages the members
-//!   received meanwhile (`grpc_server_msg_received_total`). Our figure
-//!   includes the idle tokio runtime and the watch stream, Go's its
-//!   runtime's background work;
+//! - once per N and side, while the locks of the last F are held and
+//!   nothing else runs, the process's CPU time over an idle window of
+//!   `--idle-secs` (getrusage in Go, CLOCK_PROCESS_CPUTIME_ID here) as CPU
+//!   ms per wall second, the members' CPU ms/s meanwhile (about 60 ms/s of
+//!   it is raft heartbeats and housekeeping with no client at all), and the
+//!   LeaseKeepAlive messages the members received meanwhile
+//!   (`grpc_server_msg_received_total`: 2 or 3 in 10 s per side, one lease
+//!   each). Our figure includes the idle tokio runtime and watch stream,
+//!   Go's its runtime's background work;
 //!
 //! then it releases them all, 64 at a time. The Rust side runs the largest N
 //! at the last F three times on one source: memory after the third release
 //! should be within 10 % of the second (memory comes back; the first cycle
 //! raises the allocator's high-water mark). Figures are printed, not
-//! asserted. The CSV has one row per N, F and side (columns n, in_flight,
-//! side, series = "side F", grants_per_s, kb_per_grant, streams, watchers,
-//! host_busy_pct, idle_cpu_ms_per_s, idle_keepalives); the idle figures,
-//! measured once per N and side, are repeated on each of that N's rows.
+//! asserted. The CSV has one row per N, F and side: n, in_flight, side,
+//! series ("side F", for one curve per side and F), grants_per_s,
+//! kb_per_grant, streams, watchers, host_busy_pct (the whole host's, other
+//! load included, from /proc/stat: coarse under 1 s), client_cpu_us_per_grant,
+//! etcd_cpu_us_per_grant, idle_cpu_ms_per_s, idle_etcd_cpu_ms_per_s,
+//! idle_keepalives; the idle figures, measured once per N and side, are
+//! repeated on each of that N's rows.
 //!
-//! Limits (2 cores, 3 members and the client on one host): with one acquire
-//! in flight both sides wait for one raft commit (a WAL fsync on each
-//! member) per grant, about 390 grants/s whatever N is. With 16 and 256 in
-//! flight the host's CPUs are the limit: they are busy over 90 % of the time
-//! (host_busy_pct), most of it in the three etcd members, so more in flight
-//! buys little and the two sides' gap is mostly the client's own CPU.
-
+//! LIMITS
 use std::io::Write as _;
 use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
@@ -115,6 +119,10 @@ struct Figures {
     streams: f64,
     watchers: f64,
     host_busy_pct: f64,
+    /// The side's own CPU time over the acquires, per grant.
+    client_us_per_grant: f64,
+    /// The three members' CPU time over the acquires, per grant.
+    etcd_us_per_grant: f64,
     rss_after_kb: f64,
 }
 
@@ -122,6 +130,8 @@ struct Figures {
 #[derive(Clone, Copy)]
 struct Idle {
     cpu_ms_per_s: f64,
+    /// The three members' CPU over the same window.
+    etcd_ms_per_s: f64,
     keepalives: f64,
 }
 
@@ -175,22 +185,25 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let largest = *sizes.iter().max().unwrap_or(&0);
     let last_f = *in_flights.last().unwrap_or(&1);
     let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
+    let members = Members::find(&cluster)?;
     println!(
         "held-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex (one session each), \
          TTL {TTL_SECS} s (renewed every TTL/3), idle window {} s at {last_f} in flight",
         idle.as_secs()
     );
     println!(
-        "{:>6} {:>5} {:>5} {:>9} {:>9} {:>7} {:>8} {:>6} {:>8} {:>6} {:>9}",
+        "{:>6} {:>5} {:>5} {:>8} {:>8} {:>11} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9}",
         "N",
         "in-fl",
         "side",
         "grants/s",
         "KB/grant",
-        "streams",
-        "watchers",
-        "host%",
-        "CPU ms/s",
+        "str/watch",
+        "cores",
+        "cli us/g",
+        "etcd us/g",
+        "idle ms/s",
+        "etcd ms/s",
         "keepal",
         "RSS after"
     );
@@ -199,7 +212,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         writeln!(
             f,
             "n,in_flight,side,series,grants_per_s,kb_per_grant,streams,watchers,\
-             host_busy_pct,idle_cpu_ms_per_s,idle_keepalives"
+             host_busy_pct,client_cpu_us_per_grant,etcd_cpu_us_per_grant,\
+             idle_cpu_ms_per_s,idle_etcd_cpu_ms_per_s,idle_keepalives"
         )?;
     }
     for &n in &sizes {
@@ -220,7 +234,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     cycles,
                     idle: measure_idle,
                 };
-                let (figs, idle_fig) = run_side(&programs, side, &cluster, &point).await?;
+                let (figs, idle_fig) =
+                    run_side(&programs, side, &cluster, &members, &point).await?;
                 print_row(n, f, side.name(), &figs[0], idle_fig.as_ref());
                 if let Some(i) = idle_fig {
                     idles.push((side, i));
@@ -254,10 +269,12 @@ async fn run(args: Args) -> Result<(), BoxError> {
         let idle_of = |side: Side| idles.iter().find(|(s, _)| *s == side).map(|(_, i)| *i);
         if let (Some(g), Some(r)) = (idle_of(Side::Go), idle_of(Side::Rust)) {
             println!(
-                "held-bench: N={n} idle CPU ms/s rust {:.2} go {:.2} (ratio {:.2}), keep-alives rust {} go {}",
+                "held-bench: N={n} idle CPU ms/s rust {:.2} go {:.2} (ratio {:.2}), etcd meanwhile {:.1} / {:.1}, keep-alives rust {} go {}",
                 r.cpu_ms_per_s,
                 g.cpu_ms_per_s,
                 r.cpu_ms_per_s / g.cpu_ms_per_s.max(0.001),
+                r.etcd_ms_per_s,
+                g.etcd_ms_per_s,
                 r.keepalives,
                 g.keepalives
             );
@@ -267,13 +284,16 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 let i = idle_of(*side);
                 writeln!(
                     file,
-                    "{n},{f},{s},{s} {f},{:.0},{:.3},{},{},{:.0},{},{}",
+                    "{n},{f},{s},{s} {f},{:.0},{:.3},{},{},{:.0},{:.1},{:.1},{},{},{}",
                     fig.grants_per_s,
                     fig.kb_per_grant,
                     fig.streams,
                     fig.watchers,
                     fig.host_busy_pct,
+                    fig.client_us_per_grant,
+                    fig.etcd_us_per_grant,
                     i.map_or(String::new(), |i| format!("{:.3}", i.cpu_ms_per_s)),
+                    i.map_or(String::new(), |i| format!("{:.2}", i.etcd_ms_per_s)),
                     i.map_or(String::new(), |i| i.keepalives.to_string()),
                     s = side.name(),
                 )?;
@@ -284,16 +304,21 @@ async fn run(args: Args) -> Result<(), BoxError> {
 }
 
 fn print_row(n: usize, f: usize, side: &str, fig: &Figures, idle: Option<&Idle>) {
-    let (cpu, ka) = idle.map_or(("-".to_owned(), "-".to_owned()), |i| {
-        (format!("{:.2}", i.cpu_ms_per_s), i.keepalives.to_string())
+    let (cpu, etcd, ka) = idle.map_or(("-".into(), "-".into(), "-".into()), |i| {
+        (
+            format!("{:.2}", i.cpu_ms_per_s),
+            format!("{:.1}", i.etcd_ms_per_s),
+            i.keepalives.to_string(),
+        )
     });
+    let watches = format!("{}/{}", fig.streams, fig.watchers);
     println!(
-        "{n:>6} {f:>5} {side:>5} {:>9.0} {:>9.2} {:>7} {:>8} {:>6.0} {cpu:>8} {ka:>6} {:>9}",
+        "{n:>6} {f:>5} {side:>5} {:>8.0} {:>8.2} {watches:>11} {:>5.2} {:>8.0} {:>9.0} {cpu:>9} {etcd:>9} {ka:>6} {:>9}",
         fig.grants_per_s,
         fig.kb_per_grant,
-        fig.streams,
-        fig.watchers,
-        fig.host_busy_pct,
+        (fig.client_us_per_grant + fig.etcd_us_per_grant) * fig.grants_per_s / 1e6,
+        fig.client_us_per_grant,
+        fig.etcd_us_per_grant,
         fig.rss_after_kb
     );
 }
@@ -318,6 +343,7 @@ async fn run_side(
     programs: &Programs,
     side: Side,
     cluster: &EtcdCluster,
+    members: &Members,
     p: &Point,
 ) -> Result<(Vec<Figures>, Option<Idle>), BoxError> {
     let (n, f) = (p.n, p.in_flight);
@@ -352,22 +378,33 @@ async fn run_side(
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     let mut figures = Vec::new();
     let mut idle = None;
+    next_event(&mut lines, program, "connected", OP_LIMIT).await?;
+    // The members' CPU from here to "held": the acquires and, on our side,
+    // the 300 ms in which the own-key watches start.
+    let mut etcd_from = members.cpu_us();
     for cycle in 0..p.cycles {
         let held = next_event(&mut lines, program, "held", EVENT_LIMIT).await?;
+        let etcd_us = members.cpu_us() - etcd_from;
         let (streams, watchers) = watch_counts(cluster).await?;
         if let (0, Some(window)) = (cycle, p.idle) {
             let ka_before = keepalives(cluster).await?;
+            let etcd_before = members.cpu_us();
             let before = cpu_sample(&mut stdin, &mut lines, program).await?;
             tokio::time::sleep(window).await;
             let after = cpu_sample(&mut stdin, &mut lines, program).await?;
+            let etcd_after = members.cpu_us();
             let ka_after = keepalives(cluster).await?;
+            let wall_s = (after.1 - before.1) / 1e6;
             idle = Some(Idle {
-                cpu_ms_per_s: (after.0 - before.0) / 1e3 / ((after.1 - before.1) / 1e6),
+                cpu_ms_per_s: (after.0 - before.0) / 1e3 / wall_s,
+                etcd_ms_per_s: (etcd_after - etcd_before) / 1e3 / wall_s,
                 keepalives: ka_after - ka_before,
             });
         }
         stdin.write_all(b"release\n").await?;
         let released = next_event(&mut lines, program, "released", EVENT_LIMIT).await?;
+        // A further cycle starts acquiring at once.
+        etcd_from = members.cpu_us();
         figures.push(Figures {
             grants_per_s: n as f64 / number(&held, "seconds")?,
             kb_per_grant: (number(&held, "rss_kb_held")? - number(&held, "rss_kb_before")?)
@@ -375,6 +412,8 @@ async fn run_side(
             streams,
             watchers,
             host_busy_pct: number(&held, "host_busy_pct")?,
+            client_us_per_grant: number(&held, "cpu_us_acquire")? / n as f64,
+            etcd_us_per_grant: etcd_us / n as f64,
             rss_after_kb: number(&released, "rss_kb_after")?,
         });
     }
@@ -434,9 +473,11 @@ async fn child(a: ChildArgs) -> Result<(), BoxError> {
     let source = Arc::new(source);
     let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    emit(json!({"event": "connected"}));
     for _ in 0..a.cycles.get() {
         let before = rss_kb();
         let host_before = HostTicks::read();
+        let cpu_before = cpu_micros();
         let t0 = Instant::now();
         let grants = tokio::time::timeout(
             EVENT_LIMIT,
@@ -445,12 +486,14 @@ async fn child(a: ChildArgs) -> Result<(), BoxError> {
         .await
         .map_err(|_| format!("{n} acquires took over {EVENT_LIMIT:?}"))??;
         let seconds = t0.elapsed().as_secs_f64();
+        let cpu_us_acquire = cpu_micros() - cpu_before;
         let host_busy_pct = HostTicks::read().busy_pct_since(&host_before);
         // A grant's own-key watch starts 100 ms after it: weigh the held
         // grants with their watches.
         tokio::time::sleep(Duration::from_millis(300)).await;
         emit(json!({"event": "held", "count": n, "seconds": seconds,
-            "rss_kb_before": before, "rss_kb_held": rss_kb(), "host_busy_pct": host_busy_pct}));
+            "rss_kb_before": before, "rss_kb_held": rss_kb(), "host_busy_pct": host_busy_pct,
+            "cpu_us_acquire": cpu_us_acquire}));
         loop {
             let line = stdin
                 .next_line()
@@ -536,6 +579,54 @@ impl HostTicks {
             return 0.0;
         }
         100.0 * (self.busy - earlier.busy) as f64 / (self.total - earlier.total) as f64
+    }
+}
+
+/// The cluster's member processes, found by their directory in their
+/// command lines, and their CPU time.
+struct Members {
+    pids: Vec<u32>,
+}
+
+impl Members {
+    fn find(cluster: &EtcdCluster) -> Result<Self, BoxError> {
+        let dir = cluster.dir().to_string_lossy().into_owned();
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse().ok()) else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&dir) {
+                pids.push(pid);
+            }
+        }
+        if pids.len() != cluster.member_count() {
+            return Err(format!(
+                "found {} processes under {dir}, expected {} members",
+                pids.len(),
+                cluster.member_count()
+            )
+            .into());
+        }
+        Ok(Members { pids })
+    }
+
+    /// The members' CPU time (user and system) so far, in µs, at the
+    /// resolution of /proc/PID/stat (10 ms: USER_HZ is 100 on Linux).
+    fn cpu_us(&self) -> f64 {
+        let ticks: u64 = self
+            .pids
+            .iter()
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // After "pid (comm) ": state is field 3, utime 14, stime 15.
+                let rest = &stat[stat.rfind(')')? + 1..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .sum();
+        ticks as f64 * 10_000.0
     }
 }
 
