@@ -53,7 +53,7 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencing::AcquireOptions;
+use fencing::{AcquireOptions, FencingSource as _, ResourceName};
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::bench::{main_with, next_event, BoxError};
 use fencing_integration::cache::cached_bin;
@@ -473,6 +473,14 @@ async fn child(a: ChildArgs) -> Result<(), BoxError> {
     let source = Arc::new(source);
     let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    // The session (its lease) starts with the first grant: take one before
+    // timing, as Go grants its session's lease before it starts the clock.
+    let warm_up = ResourceName::new("warm-up")?;
+    tokio::time::timeout(OP_LIMIT, source.acquire(&warm_up, &opts))
+        .await
+        .map_err(|_| "warm-up acquire: timed out")??
+        .release()
+        .await?;
     emit(json!({"event": "connected"}));
     for _ in 0..a.cycles.get() {
         let before = rss_kb();
