@@ -51,14 +51,20 @@ plot --csv "$out/etcd-held.csv" --x n --y kb_per_grant --series side --log-x \
     --title "etcd: resident memory per held grant" \
     --x-label "locks held at once" --y-label "KiB per grant" --out "$out/etcd-held-memory.svg"
 
-# 3. Hand-over down a queue of 1..256 waiters on one lock.
-bench etcd-waiters "$bin/waiter-bench" --counts 1,4,16,64,256 --csv "$out/etcd-waiters.csv"
-plot --csv "$out/etcd-waiters.csv" --x waiters --y gap_us --series side --log-x \
-    --title "etcd: hand-over gap with W waiters queued" \
-    --x-label "waiters" --y-label "µs between grants (median)" --out "$out/etcd-waiters-gap.svg"
-plot --csv "$out/etcd-waiters.csv" --x waiters --y requests_per_handover --series side --log-x \
-    --title "etcd: requests per hand-over with W waiters queued" \
-    --x-label "waiters" --y-label "gRPC messages per hand-over" --out "$out/etcd-waiters-requests.svg"
+# 3. Hand-over down a queue of 1..256 waiters on one lock, each backend
+#    beside its anchor (Kubernetes up to 64: every waiter polls).
+for backend in etcd zk kube; do
+    counts=1,4,16,64,256
+    [ "$backend" = kube ] && counts=1,4,16,64
+    bench "$backend-waiters" "$bin/waiter-bench" --backend "$backend" --counts "$counts" \
+        --csv "$out/$backend-waiters.csv"
+    plot --csv "$out/$backend-waiters.csv" --x waiters --y gap_us --series side --log-x \
+        --title "$backend: hand-over gap with W waiters queued" \
+        --x-label "waiters" --y-label "µs between grants (median)" --out "$out/$backend-waiters-gap.svg"
+    plot --csv "$out/$backend-waiters.csv" --x waiters --y requests_per_handover --series side --log-x \
+        --title "$backend: requests per hand-over with W waiters queued" \
+        --x-label "waiters" --y-label "requests per hand-over" --out "$out/$backend-waiters-requests.svg"
+done
 
 # 4. Uncontended and hand-over latency beside each anchor, $runs runs each.
 for backend in etcd zk kube; do
@@ -69,5 +75,12 @@ done
 
 # 5. Gates.
 bench gates "$bin/gate-bench" --iterations 2000
+
+# 6. Failover: holder SIGKILLed, time until a queued candidate holds, at
+#    three lease lengths, ours beside each anchor.
+bench failover "$bin/failover-bench" --ttls 2,5,15 --runs "$runs" --csv "$out/failover.csv"
+plot --csv "$out/failover.csv" --x ttl_s --y median_per_ttl --series side \
+    --title "Failover after SIGKILL of the holder (median of $runs), as a fraction of the TTL" \
+    --x-label "TTL (s)" --y-label "failover / TTL" --out "$out/failover.svg"
 
 echo "bench.sh: results in $out"

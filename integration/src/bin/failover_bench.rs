@@ -72,7 +72,12 @@ impl Backend {
 #[command(about = "Time from a lock holder's SIGKILL to the next grant, ours beside each anchor")]
 struct Args {
     /// Backends, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "etcd,zk,kube")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "etcd,zk,kube"
+    )]
     backend: Vec<Backend>,
     /// Lease lengths (TTL, session timeout, lease duration) in seconds.
     #[arg(long, value_delimiter = ',', default_value = "2,5,15")]
@@ -89,7 +94,7 @@ struct Args {
 enum Cluster {
     Etcd(EtcdCluster),
     Zk(ZkEnsemble),
-    Kube(KubeFixture),
+    Kube(Box<KubeFixture>),
 }
 
 /// Whose lock: ours or the backend's anchor.
@@ -150,7 +155,10 @@ impl Programs {
             client_go: client_go_elector_binary()?,
         };
         for (file, how) in [
-            (&programs.holder, "cargo build --release -p fencing-integration --bins"),
+            (
+                &programs.holder,
+                "cargo build --release -p fencing-integration --bins",
+            ),
             (&programs.etcd_mutex, "bash scripts/install/go-interop.sh"),
             (&programs.curator, "bash scripts/install/curator-interop.sh"),
         ] {
@@ -167,13 +175,20 @@ impl Cluster {
         Ok(match backend {
             Backend::Etcd => Cluster::Etcd(EtcdCluster::start(EtcdVersion::V3_6, 3).await?),
             Backend::Zk => Cluster::Zk(ZkEnsemble::start(ZkVersion::V3_9, 3).await?),
-            Backend::Kube => Cluster::Kube(KubeFixture::start().await),
+            Backend::Kube => Cluster::Kube(Box::new(KubeFixture::start().await)),
         })
     }
 
     /// The command of one process of `side` that takes `lock` with a lease
     /// of `ttl` and holds it for `hold`.
-    fn command(&self, p: &Programs, side: Side, lock: &str, ttl: Duration, hold: Duration) -> Command {
+    fn command(
+        &self,
+        p: &Programs,
+        side: Side,
+        lock: &str,
+        ttl: Duration,
+        hold: Duration,
+    ) -> Command {
         match side {
             Side::Ours => {
                 let mut cmd = Command::new(&p.holder);
@@ -189,10 +204,7 @@ impl Cluster {
     fn url(&self, ttl: Duration) -> String {
         let secs = ttl.as_secs();
         match self {
-            Cluster::Etcd(c) => format!(
-                "etcd://{}/failover?ttl={secs}",
-                c.endpoints().join(",")
-            ),
+            Cluster::Etcd(c) => format!("etcd://{}/failover?ttl={secs}", c.endpoints().join(",")),
             Cluster::Zk(z) => format!(
                 "zk://{}/failover?session_timeout={secs}",
                 z.endpoints().join(",")

@@ -27,19 +27,31 @@
 //!    the median over the rounds of each round's median. At 1 connection
 //!    the bare conditional UPDATE (no refusal report) is timed too.
 //!
+//! 5. `EtcdGate` and `ZkGate` on real 3-member clusters (etcd 3.6,
+//!    ZooKeeper 3.9): a raise and a retry at the mark, and the guarded
+//!    write of data kept in the cluster (`guarded_txn`, `guarded_multi`)
+//!    against the same write sent plain (see `gate_bench/cluster.rs`).
+//!
 //! `--iterations N` (default 2000) sizes every section but the validating
 //! one: PostgreSQL runs N updates per side, round and connection count,
 //! shared among the connections (each at least 100); each MemoryGate point
 //! is N × 2500 admits shared among its threads; the FileGate times N / 4
-//! raises (at least 20) and N × 50 retries. The defaults finish in well
+//! raises (at least 20) and N × 50 retries; the clusters N / 4 requests per
+//! kind and round (at least 50). The defaults finish in well
 //! under a minute on 2 cores (about 45 s when idle).
 //!
 //! `--csv DIR` also writes, one header line each and plain numbers:
 //! `gates-memory.csv` (threads,layout,ns_per_admit; the unbound curve,
 //! layout one_resource|distinct), `gates-file.csv` (kind,admits_per_s; kind
 //! raise|retry) and `gates-postgres.csv`
-//! (connections,side,updates_per_s,median_us; side plain|guarded).
+//! (connections,side,updates_per_s,median_us; side plain|guarded) and
+//! `gates-cluster.csv` (backend,kind,median_us; kind raise|equal|guarded|plain).
+//!
+//! `--sections` picks some of memory, file, validating, postgres, cluster
+//! (default: all).
 
+#[path = "gate_bench/cluster.rs"]
+mod cluster;
 // The sections live in gate_bench/ (a crate root resolves `mod` paths
 // beside itself, hence the attributes).
 #[path = "gate_bench/file.rs"]
@@ -71,6 +83,23 @@ struct Args {
     /// into this directory (created if missing).
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
+    /// The sections to run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "memory,file,validating,postgres,cluster"
+    )]
+    sections: Vec<Section>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Section {
+    Memory,
+    File,
+    Validating,
+    Postgres,
+    Cluster,
 }
 
 fn main() -> ExitCode {
@@ -85,20 +114,36 @@ async fn run(args: Args) -> Res<()> {
     }
     let csv = args.csv.as_deref();
     let n = args.iterations;
-    let rows = memory::run(n.saturating_mul(memory::ADMITS_PER_ITERATION))?;
-    write_csv(
-        csv,
-        "gates-memory.csv",
-        "threads,layout,ns_per_admit",
-        &rows,
-    )?;
-    let rows = file::run((n / 4).max(file::MIN_RAISES), n.saturating_mul(50)).await?;
-    write_csv(csv, "gates-file.csv", "kind,admits_per_s", &rows)?;
-    validating::run().await?;
-    let per_side = usize::try_from(n)?;
-    let rows = postgres::run(per_side).await?;
-    let header = "connections,side,updates_per_s,median_us";
-    write_csv(csv, "gates-postgres.csv", header, &rows)?;
+    let on = |section| args.sections.contains(&section);
+    if on(Section::Memory) {
+        let rows = memory::run(n.saturating_mul(memory::ADMITS_PER_ITERATION))?;
+        write_csv(
+            csv,
+            "gates-memory.csv",
+            "threads,layout,ns_per_admit",
+            &rows,
+        )?;
+    }
+    if on(Section::File) {
+        let rows = file::run((n / 4).max(file::MIN_RAISES), n.saturating_mul(50)).await?;
+        write_csv(csv, "gates-file.csv", "kind,admits_per_s", &rows)?;
+    }
+    if on(Section::Validating) {
+        validating::run().await?;
+    }
+    if on(Section::Postgres) {
+        let rows = postgres::run(usize::try_from(n)?).await?;
+        let header = "connections,side,updates_per_s,median_us";
+        write_csv(csv, "gates-postgres.csv", header, &rows)?;
+    }
+    if on(Section::Cluster) {
+        let rows: Vec<String> = cluster::run(usize::try_from(n / 4)?.max(50))
+            .await?
+            .iter()
+            .map(|r| format!("{},{},{:.1}", r.backend, r.kind, r.median_us))
+            .collect();
+        write_csv(csv, "gates-cluster.csv", "backend,kind,median_us", &rows)?;
+    }
     Ok(())
 }
 

@@ -776,7 +776,10 @@ async fn finish(world: &mut World) -> Option<String> {
         for relay in c.relays.drain(..) {
             // A write's answer limit is 1.5 s; more means a bug, not history.
             let abort = relay.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), relay).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(10), relay)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }
