@@ -28,8 +28,8 @@
 //! - once per N and side, while the locks of the last F are held and
 //!   nothing else runs, the process's CPU time over an idle window of
 //!   `--idle-secs` (getrusage in Go, CLOCK_PROCESS_CPUTIME_ID here) as CPU
-//!   ms per wall second, the members' CPU ms/s meanwhile (about 60 ms/s of
-//!   it is raft heartbeats and housekeeping with no client at all), and the
+//!   ms per wall second, the members' CPU ms/s meanwhile (about 50 ms/s
+//!   with 10 idle locks: raft heartbeats and housekeeping), and the
 //!   LeaseKeepAlive messages the members received meanwhile
 //!   (`grpc_server_msg_received_total`: 2 or 3 in 10 s per side, one lease
 //!   each). Our figure includes the idle tokio runtime and watch stream,
@@ -52,16 +52,17 @@
 //! members spend 1.7-2.4 ms of CPU on each (WAL writes and fsyncs on three
 //! members, raft messages, gRPC): both sides make 270-820 grants/s, the
 //! same within run-to-run noise, whatever N is. With 16 and 256 in flight
-//! raft batches, the members' CPU per grant falls to 170-600 us, and the
+//! raft batches, the members' CPU per grant falls to 170-700 us, and the
 //! members plus the client (60-200 us per grant) keep the host's CPUs busy
-//! (`cores` 1.3-2.1 when no other work ran): the host's CPU is the limit,
-//! at 3,000-7,700 grants/s. Our idle CPU grows with N (0.3 ms/s at 100
-//! locks, 3.2-3.9 ms/s at 10,000, Go 0.6-1.1 ms/s): every renewal of the
-//! session also renews each grant's tracker (`LeaseGroup::renewed` in
-//! fencing-core), about 1 us per held grant every 3.33 s; Go's Mutex keeps
-//! no per-lock state. The members' idle CPU is the same for both sides
-//! (45-60 ms/s with no client at all): N idle watchers cost them nothing
-//! measurable.
+//! (`cores` 1.3-2.1; other sessions' work took the rest): the host's CPU
+//! is the limit, at 2,800-7,700 grants/s with 256 in flight. Our idle CPU
+//! grows with N (0.3 ms/s at 100 locks, 3.2-4.0 ms/s at 10,000; Go 0.6-1.2
+//! ms/s): every renewal of the session also renews each grant's tracker
+//! (`LeaseGroup::renewed` in fencing-core), about 1 us per held grant every
+//! 3.33 s; Go's Mutex keeps no per-lock state. The members' idle CPU is the
+//! same for both sides and every N (45-75 ms/s, as with 10 locks held): N
+//! idle watchers cost them nothing measurable.
+
 use std::io::Write as _;
 use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
