@@ -13,20 +13,16 @@ use crate::ident::Ident;
 /// refused:
 ///
 /// ```sql
-/// WITH upd AS (UPDATE t SET c1 = $3, ..., fence = $2
-///              WHERE key = $1 AND (fence IS NULL OR fence <= $2) RETURNING 1)
-/// SELECT (SELECT count(*) FROM upd), count(*), max(fence) FROM t WHERE key = $1
+/// WITH cur AS (SELECT fence FROM t WHERE key = $1 FOR NO KEY UPDATE),
+///      upd AS (UPDATE t SET c1 = $3, ..., fence = $2 FROM cur
+///              WHERE t.key = $1 AND (cur.fence IS NULL OR cur.fence <= $2) RETURNING 1)
+/// SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM cur), (SELECT fence FROM cur LIMIT 1)
 /// ```
 ///
-/// The decision is the UPDATE's own: it locks the row and checks the fence
-/// on the newest version, also when a concurrent writer committed after the
-/// statement began. The report is read from the statement's snapshot; a
-/// fence above the token there refuses it (fences only rise), and a row
-/// whose fence admitted the token but was not written (a concurrent writer
-/// raised its fence or deleted it in between) is read once more, so a
-/// refusal always names a fence above the token. Every write without such
-/// a race is one statement, one round trip, and costs about what the bare
-/// conditional UPDATE does.
+/// The row is locked first and the decision and the report are taken from
+/// that one locked version, so a refusal always names the fence that
+/// refused it, also when a concurrent writer changed the row or deletes it
+/// right afterwards. Every write is one statement, one round trip.
 ///
 /// A `NULL` fence admits any token (and the write sets it): it is a row no
 /// fenced write has touched yet, such as the rows that existed when the
@@ -51,7 +47,6 @@ use crate::ident::Ident;
 #[derive(Clone, Debug)]
 pub struct FencedUpdate {
     sql: String,
-    recheck: String,
     columns: usize,
 }
 
@@ -75,17 +70,21 @@ impl FencedUpdate {
             sets.push(format!("{} = ${}", Ident::new(c)?.sql(), i + 3));
         }
         sets.push(format!("{f} = $2"));
+        // `cur` locks the row (the lock the UPDATE takes anyway) and reads
+        // its newest version; `upd` writes only if that version admits the
+        // token; the SELECT reports from the same version. `FOR NO KEY
+        // UPDATE` is the UPDATE's own lock level, so foreign-key checks on
+        // the row are not held up.
         let sql = format!(
-            "WITH upd AS (UPDATE {t} SET {} WHERE {k} = $1 \
-                     AND ({f} IS NULL OR {f} <= $2) RETURNING 1) \
-             SELECT (SELECT count(*) FROM upd), count(*), max({f}) FROM {t} WHERE {k} = $1",
+            "WITH cur AS (SELECT {f} AS fence FROM {t} WHERE {k} = $1 FOR NO KEY UPDATE), \
+             upd AS (UPDATE {t} SET {} FROM cur WHERE {t}.{k} = $1 \
+                     AND (cur.fence IS NULL OR cur.fence <= $2) RETURNING 1) \
+             SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM cur), \
+                    (SELECT fence FROM cur LIMIT 1)",
             sets.join(", ")
         );
-        // Run only after a race: a fresh statement sees the newer row.
-        let recheck = format!("SELECT 0::bigint, count(*), max({f}) FROM {t} WHERE {k} = $1");
         Ok(FencedUpdate {
             sql,
-            recheck,
             columns: columns.len(),
         })
     }
@@ -100,10 +99,6 @@ impl FencedUpdate {
     pub async fn prepare(&self, client: &impl GenericClient) -> Result<PreparedUpdate> {
         Ok(PreparedUpdate {
             statement: client.prepare(&self.sql).await.map_err(crate::pg_error)?,
-            recheck: client
-                .prepare(&self.recheck)
-                .await
-                .map_err(crate::pg_error)?,
             columns: self.columns,
         })
     }
@@ -113,7 +108,6 @@ impl FencedUpdate {
 #[derive(Clone, Debug)]
 pub struct PreparedUpdate {
     statement: Statement,
-    recheck: Statement,
     columns: usize,
 }
 
@@ -141,61 +135,27 @@ impl PreparedUpdate {
         params.push(key);
         params.push(&fence);
         params.extend_from_slice(values);
-        let answer = query(client, &self.statement, &params).await?;
-        match report(token, answer)? {
-            Verdict::Written(n) => Ok(n),
-            Verdict::NoRow => Ok(0),
-            Verdict::Raced => {
-                let again = query(client, &self.recheck, &[key]).await?;
-                match report(token, again)? {
-                    Verdict::NoRow => Ok(0),
-                    // Still admits the token, yet the UPDATE wrote nothing.
-                    _ => Err(Error::backend(
-                        "fenced UPDATE",
-                        format!("row found with fence {:?}, which admits token {token}, but not updated (is the key column unique?)", again.2),
-                    )),
-                }
-            }
-        }
+        let row = client
+            .query_one(&self.statement, &params)
+            .await
+            .map_err(crate::pg_error)?;
+        let (updated, found, current) = (
+            row.try_get::<_, i64>(0).map_err(crate::pg_error)?,
+            row.try_get::<_, i64>(1).map_err(crate::pg_error)?,
+            row.try_get::<_, Option<i64>>(2).map_err(crate::pg_error)?,
+        );
+        report(token, updated, found, current)
     }
 }
 
-/// What one statement answered: rows written, rows found, their fence.
-type Answer = (i64, i64, Option<i64>);
-
-async fn query(
-    client: &impl GenericClient,
-    statement: &Statement,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Answer> {
-    let row = client
-        .query_one(statement, params)
-        .await
-        .map_err(crate::pg_error)?;
-    Ok((
-        row.try_get(0).map_err(crate::pg_error)?,
-        row.try_get(1).map_err(crate::pg_error)?,
-        row.try_get(2).map_err(crate::pg_error)?,
-    ))
-}
-
-/// The outcome of a fenced UPDATE that was not refused.
-#[derive(Debug, PartialEq)]
-enum Verdict {
-    Written(u64),
-    NoRow,
-    /// The row's fence admitted the token, yet nothing was written.
-    Raced,
-}
-
-/// Turns a statement's answer into the caller's: rows written, no such
-/// row, a race to look at again, or the fence that refused the token.
-fn report(token: FencingToken, (updated, found, current): Answer) -> Result<Verdict> {
+/// Turns the statement's answer into the caller's: rows written, no such
+/// row, or the fence that refused the token.
+fn report(token: FencingToken, updated: i64, found: i64, current: Option<i64>) -> Result<u64> {
     if updated > 0 {
-        return Ok(Verdict::Written(u64::try_from(updated).unwrap_or(0)));
+        return Ok(u64::try_from(updated).unwrap_or(0));
     }
     if found == 0 {
-        return Ok(Verdict::NoRow);
+        return Ok(0);
     }
     match current {
         Some(fence) if fence > i64::try_from(token)? => {
@@ -206,7 +166,13 @@ fn report(token: FencingToken, (updated, found, current): Answer) -> Result<Verd
             fencing_core::metrics::gate_refused(&stale);
             Err(stale)
         }
-        _ => Ok(Verdict::Raced),
+        // The locked row admitted the token, yet nothing was written: the
+        // key is not unique, or something other than the fence held the
+        // UPDATE back. Never a silent success.
+        other => Err(Error::backend(
+            "fenced UPDATE",
+            format!("row found with fence {other:?}, which admits token {token}, but not updated (is the key column unique?)"),
+        )),
     }
 }
 
@@ -217,18 +183,19 @@ mod tests {
     #[test]
     fn the_report_never_mistakes_a_refusal_for_a_missing_row() {
         let t = FencingToken::new(5);
-        assert_eq!(report(t, (1, 1, Some(3))).unwrap(), Verdict::Written(1));
-        assert_eq!(report(t, (0, 0, None)).unwrap(), Verdict::NoRow);
-        match report(t, (0, 1, Some(9))) {
+        assert_eq!(report(t, 1, 1, Some(3)).unwrap(), 1);
+        assert_eq!(report(t, 0, 0, None).unwrap(), 0);
+        match report(t, 0, 1, Some(9)) {
             Err(Error::Stale { presented, highest }) => {
                 assert_eq!((presented.get(), highest.get()), (5, 9));
             }
             other => panic!("{other:?}"),
         }
-        // Found with a fence that admits the token, not written: look again.
-        assert_eq!(report(t, (0, 1, None)).unwrap(), Verdict::Raced);
-        assert_eq!(report(t, (0, 1, Some(4))).unwrap(), Verdict::Raced);
-        assert_eq!(report(t, (0, 1, Some(5))).unwrap(), Verdict::Raced);
+        assert!(matches!(report(t, 0, 1, None), Err(Error::Backend { .. })));
+        assert!(matches!(
+            report(t, 0, 1, Some(4)),
+            Err(Error::Backend { .. })
+        ));
     }
 
     #[test]
@@ -240,13 +207,6 @@ mod tests {
             "{}",
             u.sql()
         );
-        // The decision is in the UPDATE's own WHERE, which PostgreSQL
-        // re-checks on the newest row version after waiting for its lock.
-        assert!(
-            u.sql()
-                .contains(r#"WHERE "id" = $1 AND ("fence" IS NULL OR "fence" <= $2)"#),
-            "{}",
-            u.sql()
-        );
+        assert!(u.sql().contains("FOR NO KEY UPDATE"));
     }
 }
