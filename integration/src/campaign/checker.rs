@@ -38,6 +38,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -259,16 +260,33 @@ fn opt_ms(ms: Option<f64>) -> String {
     ms.map_or_else(|| "-".to_string(), |ms| format!("{ms:.3} ms"))
 }
 
+/// A known fault of the coordinator's own servers, excused like a client's
+/// own pause: the holders it hits cannot notice in time, so only their
+/// stale writes are checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerBugs {
+    /// An etcd leader that resumes after a pause revokes the leases it
+    /// believes expired before it learns it was replaced; the proposals are
+    /// forwarded to the new leader and applied, deleting keys under holders
+    /// whose sessions are live (etcd issues 12528 and 15247; fixed in
+    /// 3.4.28 and later, not in Debian's 3.4.23). Excuses holds within
+    /// [`RESUMED_LEADER_GRACE`] of the end of a `pause-member`.
+    pub resumed_leader_revokes_leases: bool,
+}
+
+/// How long after a paused member resumes its stale revokes may land.
+pub const RESUMED_LEADER_GRACE: Duration = Duration::from_secs(2);
+
 /// Checks every property; durability is reported as passed and "not
 /// checked".
 pub fn check(events: &[Event]) -> Report {
-    run(events, None)
+    run(events, None, ServerBugs::default())
 }
 
 /// Checks every property, durability against what the storage held after
-/// the run.
-pub fn check_with_stored(events: &[Event], stored: &Stored) -> Report {
-    run(events, Some(stored))
+/// the run; `bugs` are the servers' known faults to excuse.
+pub fn check_with_stored(events: &[Event], stored: &Stored, bugs: ServerBugs) -> Report {
+    run(events, Some(stored), bugs)
 }
 
 /// What the properties share: the ordered view of the history.
@@ -279,6 +297,7 @@ struct Ctx<'a> {
     end: u64,
     holds: Vec<Hold>,
     faults: Vec<FaultSpan>,
+    bugs: ServerBugs,
 }
 
 impl Ctx<'_> {
@@ -296,7 +315,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn run(events: &[Event], stored: Option<&Stored>) -> Report {
+fn run(events: &[Event], stored: Option<&Stored>, bugs: ServerBugs) -> Report {
     let order = sorted_order(events);
     let origin = order.first().map_or(0, |&i| events[i].at_ns);
     let end = order.last().map_or(0, |&i| events[i].at_ns);
@@ -307,6 +326,7 @@ fn run(events: &[Event], stored: Option<&Stored>) -> Report {
         holds: holds(events),
         faults: fault_spans(events),
         order,
+        bugs,
     };
     let properties = vec![
         unique_tokens(&ctx),
@@ -528,12 +548,22 @@ pub fn is_anchor(client: &str) -> bool {
     client.starts_with(ANCHOR_PREFIX)
 }
 
-/// Faults that excuse a holder for not noticing its loss in time: its own
-/// pause or clock, or an administrator deleting every Lease under every
-/// holder (which no holder hears of before its next renewal).
-fn excusing(fault: &FaultSpan, client: &str) -> bool {
+/// Whether `fault` excuses `client` for not noticing, during the hold from
+/// `from_ns` to the next grant at `to_ns`, that it lost its grant: its own
+/// pause or clock, an administrator deleting every Lease under every holder
+/// (which no holder hears of before its next renewal), or a known server
+/// bug deleting keys under live sessions.
+fn excusing(fault: &FaultSpan, client: &str, bugs: ServerBugs, from_ns: u64, to_ns: u64) -> bool {
+    if fault.fault == "pause-member" && bugs.resumed_leader_revokes_leases {
+        let grace = RESUMED_LEADER_GRACE.as_nanos() as u64;
+        return fault.start_ns <= to_ns
+            && fault
+                .end_ns
+                .is_none_or(|end| end.saturating_add(grace) >= from_ns);
+    }
     let own = fault.fault == "pause-client" || fault.fault.starts_with("clock-");
-    (own && fault.target == client) || fault.fault == "delete-leases"
+    let excuses = (own && fault.target == client) || fault.fault == "delete-leases";
+    excuses && fault.overlaps(from_ns, to_ns)
 }
 
 fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
@@ -561,7 +591,7 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
             } else {
                 ctx.faults
                     .iter()
-                    .find(|f| excusing(f, &h.client) && f.overlaps(h.start_ns, next.start_ns))
+                    .find(|f| excusing(f, &h.client, ctx.bugs, h.start_ns, next.start_ns))
                     .map(|f| format!("{} {} from {}", f.fault, f.id, ctx.t(f.start_ns)))
             };
             if let Some(why) = excuse {
@@ -606,8 +636,8 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
     if exempt > 0 {
         notes.push(format!(
             "{exempt} hold(s) outlived the next grant under pause-client, clock-* or \
-             delete-leases faults, or of an anchor (exempt; their stale writes checked \
-             instead)"
+             delete-leases faults, a known server bug, or of an anchor (exempt; their \
+             stale writes checked instead)"
         ));
     }
     result(LOSS_BEFORE_NEXT_GRANT, violations, notes)
@@ -1167,6 +1197,42 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_leaders_revoke_is_excused_only_where_the_server_has_that_bug() {
+        let bugs = ServerBugs {
+            resumed_leader_revokes_leases: true,
+        };
+        // A member paused until 1 ms, i.e. 9 ms (within the grace) before
+        // c2's grant at 10 ms: its late revoke may have deleted c1's key.
+        let mut h = overlap(13);
+        h.fault(0, 1, "pause-member", "m2", 1);
+        assert!(
+            !check(&h.0).passed(),
+            "no excuse on a server without the bug"
+        );
+        let report = run(&h.0, None, bugs);
+        assert!(report.passed(), "{report}");
+        assert!(report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().notes[0].contains("server bug"));
+        // Long after the pause ended, it is no excuse.
+        let mut late = overlap(13);
+        late.fault(0, 1, "pause-member", "m2", 1);
+        for e in &mut late.0 {
+            if e.client != "nemesis" {
+                e.at_ns += 3_000 * MS;
+            }
+            if let EventKind::Write { start_ns, .. } = &mut e.kind {
+                *start_ns += 3_000 * MS;
+            }
+        }
+        assert!(!run(&late.0, None, bugs).passed());
+        // The excused holder's stale write is still checked.
+        let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
+            panic!()
+        };
+        *outcome = WriteOutcome::Accepted;
+        assert!(!run(&h.0, None, bugs).passed());
+    }
+
+    #[test]
     fn anchor_holder_is_exempt_unless_stale_write_accepted() {
         // The same overlap, c1 being an anchor that never hears of a loss.
         let mut h = overlap(13);
@@ -1199,12 +1265,12 @@ mod tests {
         // Refused writes need not be there; extra ones (unknown outcomes
         // that landed) may be.
         let kept = all(&[(1, 10), (2, 20), (2, 21), (3, 30), (9, 99)]);
-        let report = check_with_stored(&h.0, &kept);
+        let report = check_with_stored(&h.0, &kept, ServerBugs::default());
         assert!(report.passed(), "{report}");
         assert!(report.property(DURABILITY).unwrap().notes[0].starts_with("4 acknowledged"));
 
         let lost = all(&[(1, 10), (2, 20), (3, 30)]);
-        let report = check_with_stored(&h.0, &lost);
+        let report = check_with_stored(&h.0, &lost, ServerBugs::default());
         assert_only_fails(&report, DURABILITY);
         let v = &report.property(DURABILITY).unwrap().violations;
         assert_eq!(v.len(), 1);
@@ -1220,7 +1286,7 @@ mod tests {
             gate: "other".into(),
             writes: BTreeSet::new(),
         };
-        assert!(check_with_stored(&h.0, &other).passed());
+        assert!(check_with_stored(&h.0, &other, ServerBugs::default()).passed());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use super::nemesis::{kube_admin, Nemesis};
 use super::rng::Rng;
 use super::storage::{self, Storage};
 use super::timeline;
+use crate::etcd::cluster::EtcdVersion;
 use crate::net::netns::{Host, Network};
 
 /// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
@@ -547,7 +548,10 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let stored = world.storage.finish().await;
     result?;
     let events = recorder.events();
-    let report = checker::check_with_stored(&events, &stored?);
+    let bugs = checker::ServerBugs {
+        resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
+    };
+    let report = checker::check_with_stored(&events, &stored?, bugs);
     let timeline_path = cfg.out.join("timeline.html");
     let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
     std::fs::write(
