@@ -330,7 +330,10 @@ async fn health_fails_only_while_a_held_term_is_overdue() {
     // Measured from the renewal itself, not from the stall: on a loaded
     // machine the last renewal may have come late, well before the stall.
     let overdue = leadership.grant().lease().last_renewal().elapsed();
-    assert!(overdue >= Duration::from_millis(1200), "failed after {overdue:?}");
+    assert!(
+        overdue >= Duration::from_millis(1200),
+        "failed after {overdue:?}"
+    );
     let Error::Lost { reason, .. } = &error else {
         panic!("expected Lost, got {error:?}")
     };

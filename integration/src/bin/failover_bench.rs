@@ -234,12 +234,9 @@ impl Cluster {
             }
             Cluster::Kube(f) => {
                 let t = LeaderTimings::scaled_to(ttl);
-                let mut cmd = Command::new(&p.client_go);
-                cmd.arg("--kubeconfig")
-                    .arg(f.kubeconfig(KubeUser::LeaseUser))
-                    .args(["--namespace", f.namespace(), "--name", lock])
-                    .args(["--identity", &format!("{lock}-{}", hold.as_millis())])
-                    .args(["--rounds", "1", "--hold", &format!("{}ms", ms(hold))])
+                let id = format!("{lock}-{}", hold.as_millis());
+                let mut cmd = f.client_go_elector(&p.client_go, lock, &id);
+                cmd.args(["--rounds", "1", "--hold", &format!("{}ms", ms(hold))])
                     .args(["--lease-duration", &format!("{}ms", ms(t.lease_duration))])
                     .args(["--renew-deadline", &format!("{}ms", ms(t.renew_deadline))])
                     .args(["--retry-period", &format!("{}ms", ms(t.retry_period))])

@@ -178,6 +178,28 @@ impl Report {
 }
 
 /// Median gap between consecutive grant times (µs after the release).
+/// Releases `held` and waits (bounded) for the W waiters of `queue` to be
+/// granted one after the other: each one's grant time, in µs after the release.
+async fn pass_down(
+    w: usize,
+    release: impl Future<Output = Result<(), BoxError>>,
+    queue: &mut tokio::task::JoinSet<Result<std::time::Instant, BoxError>>,
+) -> Result<Vec<f64>, BoxError> {
+    let t0 = std::time::Instant::now();
+    release.await?;
+    let mut granted_us = Vec::with_capacity(w);
+    let drain = async {
+        while let Some(done) = queue.join_next().await {
+            granted_us.push(done??.duration_since(t0).as_micros() as f64);
+        }
+        Ok::<_, BoxError>(())
+    };
+    tokio::time::timeout(PHASE_LIMIT, drain)
+        .await
+        .map_err(|_| format!("W={w}: the queue did not drain within {PHASE_LIMIT:?}"))??;
+    Ok(granted_us)
+}
+
 fn figures(mut granted_us: Vec<f64>, requests: f64) -> Figures {
     granted_us.sort_by(f64::total_cmp);
     let mut gaps: Vec<f64> = granted_us

@@ -4,7 +4,7 @@
 //! proxy); the conformance-suite harness and the cluster faults built on
 //! them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,6 +141,24 @@ impl KubeFixture {
             TEST_REQUEST_TIMEOUT.as_secs_f64(),
             self.cluster_name,
         )
+    }
+
+    /// A `client-go-elector` (`binary`) command as `lease-user` on the Lease
+    /// `lease` with holder identity `id`; the caller adds the timings
+    /// ([`client_go_timing_flags`] or its own) and the rounds.
+    pub fn client_go_elector(&self, binary: &Path, lease: &str, id: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(binary);
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig(KubeUser::LeaseUser))
+            .args([
+                "--namespace",
+                self.namespace,
+                "--name",
+                lease,
+                "--identity",
+                id,
+            ]);
+        cmd
     }
 
     /// The `kube://` URL of `user`'s client with a lease of `ttl` (whole

@@ -109,19 +109,10 @@ async fn rust_latency(f: &KubeFixture, n: usize) -> Result<(Stats, Stats, Stats)
     Ok((a, rl, g))
 }
 
+/// A client-go elector with the test timings (lease 3 s, renew 2 s, retry 0.5 s).
 fn elector(f: &KubeFixture, binary: &std::path::Path, lease: &str, id: &str) -> Command {
-    let mut cmd = Command::new(binary);
-    cmd.arg("--kubeconfig")
-        .arg(f.kubeconfig(KubeUser::LeaseUser))
-        .args([
-            "--namespace",
-            f.namespace(),
-            "--name",
-            lease,
-            "--identity",
-            id,
-        ])
-        .args(client_go_timing_flags());
+    let mut cmd = f.client_go_elector(binary, lease, id);
+    cmd.args(client_go_timing_flags());
     cmd
 }
 

@@ -13,7 +13,9 @@ use fencing_integration::bench::BoxError;
 use fencing_integration::cache::cached_bin;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 
-use super::{anchor_side, figures, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE};
+use super::{
+    anchor_side, figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 const METRIC: &str = "grpc_server_msg_received_total";
@@ -68,18 +70,7 @@ async fn rust_side(cluster: &EtcdCluster, w: usize) -> Result<Figures, BoxError>
     tokio::time::sleep(SETTLE).await;
 
     let before = messages(cluster).await?;
-    let t0 = Instant::now();
-    held.release().await?;
-    let mut granted_us = Vec::with_capacity(w);
-    let chain = async {
-        while let Some(done) = queue.join_next().await {
-            granted_us.push(done??.duration_since(t0).as_micros() as f64);
-        }
-        Ok::<_, BoxError>(())
-    };
-    tokio::time::timeout(PHASE_LIMIT, chain)
-        .await
-        .map_err(|_| format!("W={w}: the queue did not drain within {PHASE_LIMIT:?}"))??;
+    let granted_us = pass_down(w, async { Ok(held.release().await?) }, &mut queue).await?;
     let requests = messages(cluster).await? - before;
     for s in sources.iter().chain([&Arc::new(holder)]) {
         tokio::time::timeout(OP_TIMEOUT, s.close()).await??;

@@ -35,7 +35,7 @@ use fencing_integration::Reaped;
 use fencing_kube::KubeLeaseSource;
 use rustix::process::Signal;
 
-use super::{figures, Figures, Report, OP_TIMEOUT, PHASE_LIMIT};
+use super::{figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT};
 
 const MAX_W: usize = 64;
 /// After the waiters started and before the release: four retry periods,
@@ -137,35 +137,15 @@ async fn rust_side(
     }
     tokio::time::sleep(SETTLE).await;
     let before = lease_requests(f).await?;
-    let t0 = Instant::now();
-    held.release().await?;
-    let mut granted_us = Vec::with_capacity(w);
-    let drain = async {
-        while let Some(done) = queue.join_next().await {
-            granted_us.push(done??.duration_since(t0).as_micros() as f64);
-        }
-        Ok::<_, BoxError>(())
-    };
-    tokio::time::timeout(PHASE_LIMIT, drain)
-        .await
-        .map_err(|_| format!("W={w}: the waiters were not all granted within {PHASE_LIMIT:?}"))??;
+    let granted_us = pass_down(w, async { Ok(held.release().await?) }, &mut queue).await?;
     let (requests, verbs) = delta(&before, &lease_requests(f).await?);
     Ok((figures(granted_us, requests), verbs))
 }
 
+/// A client-go elector with the test timings (lease 3 s, renew 2 s, retry 0.5 s).
 fn elector(f: &KubeFixture, binary: &std::path::Path, lease: &str, id: &str) -> Command {
-    let mut cmd = Command::new(binary);
-    cmd.arg("--kubeconfig")
-        .arg(f.kubeconfig(KubeUser::LeaseUser))
-        .args([
-            "--namespace",
-            f.namespace(),
-            "--name",
-            lease,
-            "--identity",
-            id,
-        ])
-        .args(client_go_timing_flags());
+    let mut cmd = f.client_go_elector(binary, lease, id);
+    cmd.args(client_go_timing_flags());
     cmd
 }
 

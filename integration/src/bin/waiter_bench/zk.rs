@@ -24,7 +24,9 @@ use fencing_integration::cache::cache_dir;
 use fencing_integration::zk::ensemble::{four_letter_word, ZkEnsemble, ZkOptions, ZkVersion};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
-use super::{anchor_side, figures, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE};
+use super::{
+    anchor_side, figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE,
+};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 const METRIC: &str = "zk_packets_received";
@@ -142,18 +144,7 @@ async fn chain(
         }
         None => 0.0,
     };
-    let t0 = Instant::now();
-    held.release().await?;
-    let mut granted_us = Vec::with_capacity(w);
-    let drain = async {
-        while let Some(done) = queue.join_next().await {
-            granted_us.push(done??.duration_since(t0).as_micros() as f64);
-        }
-        Ok::<_, BoxError>(())
-    };
-    tokio::time::timeout(PHASE_LIMIT, drain)
-        .await
-        .map_err(|_| format!("W={w}: the queue did not drain within {PHASE_LIMIT:?}"))??;
+    let granted_us = pass_down(w, async { Ok(held.release().await?) }, &mut queue).await?;
     let requests = match count {
         Some(servers) => packets(servers).await? - before,
         None => 0.0,
