@@ -1,5 +1,6 @@
-//! What the benchmark binaries share: their `main`, and reading the JSON
-//! event lines of an anchor program (Go or Java) they drive.
+//! What the benchmark binaries share: their `main`, the bound on one
+//! request, the median, and reading the JSON event lines of an anchor
+//! program (Go or Java) they drive.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -8,6 +9,16 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, Lines};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long one request of a benchmark may take (every side alike).
+pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `fut` within [`OP_TIMEOUT`], or an error naming `what`.
+pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, BoxError> {
+    tokio::time::timeout(OP_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("{what} took longer than {OP_TIMEOUT:?}").into())
+}
 
 /// Runs `run` on a multi-threaded runtime; an error is printed after the
 /// program's name and gives exit status 1.

@@ -34,12 +34,10 @@ use fencing_integration::member::MemberCluster;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use fencing_integration::bench::{main_with, median, next_event, BoxError};
+use fencing_integration::bench::{bounded, main_with, median, next_event, BoxError, OP_TIMEOUT};
 
 /// Sessions outlive a run: no renewal is ever late.
 const TTL: Duration = Duration::from_secs(60);
-/// Bounds every single request (and a Go block, per cycle).
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 const METRIC: &str = "grpc_server_msg_received_total";
 
 #[derive(clap::Parser)]
@@ -379,10 +377,4 @@ fn median_p90(mut d: Vec<Duration>) -> (f64, f64) {
     let us: Vec<f64> = d.iter().map(|d| d.as_micros() as f64).collect();
     let p90 = us[((0.9 * us.len() as f64).ceil() as usize).saturating_sub(1)];
     (median(us), p90)
-}
-
-async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> Result<T, BoxError> {
-    tokio::time::timeout(OP_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("{what} took longer than {OP_TIMEOUT:?}").into())
 }

@@ -47,11 +47,9 @@ use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use fencing_integration::bench::{main_with, next_event, BoxError};
+use fencing_integration::bench::{main_with, next_event, BoxError, OP_TIMEOUT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-/// Bounds each single request or connect of the Rust side.
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bounds queueing W waiters, and the whole chain of W hand-overs.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
 /// After the queue is complete and before the release, so every waiter is

@@ -555,11 +555,10 @@ pub fn is_anchor(client: &str) -> bool {
 /// bug deleting keys under live sessions.
 fn excusing(fault: &FaultSpan, client: &str, bugs: ServerBugs, from_ns: u64, to_ns: u64) -> bool {
     if fault.fault == "pause-member" && bugs.resumed_leader_revokes_leases {
+        // The revokes land after the resume: the fault counts as lasting
+        // the grace longer.
         let grace = RESUMED_LEADER_GRACE.as_nanos() as u64;
-        return fault.start_ns <= to_ns
-            && fault
-                .end_ns
-                .is_none_or(|end| end.saturating_add(grace) >= from_ns);
+        return fault.overlaps(from_ns.saturating_sub(grace), to_ns);
     }
     let own = fault.fault == "pause-client" || fault.fault.starts_with("clock-");
     let excuses = (own && fault.target == client) || fault.fault == "delete-leases";

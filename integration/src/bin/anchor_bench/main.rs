@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_etcd::etcd_client::{Client, GetOptions};
 use fencing_etcd::{EtcdConfig, EtcdSource};
-use fencing_integration::bench::median;
+use fencing_integration::bench::{bounded, median, OP_TIMEOUT};
 use fencing_integration::cache::cache_dir;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::zk::ensemble::{ZkEnsemble, ZkVersion};
@@ -41,7 +41,6 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Same bounds as the anchors: a (possibly contended) acquire, and any other request.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// etcd: same session TTL as main.go (long enough that no renewal is ever late).
 const ETCD_TTL: Duration = Duration::from_secs(60);
 /// ZooKeeper: the session timeout of Curator's bench (its default
@@ -527,13 +526,6 @@ where
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// Bounds one network call by OP_TIMEOUT.
-async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, BoxError> {
-    tokio::time::timeout(OP_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("{what} took longer than {OP_TIMEOUT:?}").into())
 }
 
 /// Median and p90 by nearest rank, exactly as the anchors' stats (whole µs).

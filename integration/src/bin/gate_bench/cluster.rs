@@ -14,20 +14,18 @@
 //! medians.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fencing::{AcquireOptions, FencingSource, FencingToken, Gate, ResourceName};
 use fencing_etcd::etcd_client::{self, TxnOp};
 use fencing_etcd::{EtcdConfig, EtcdSource};
-use fencing_integration::bench::{median, BoxError};
+use fencing_integration::bench::{bounded, median, BoxError, OP_TIMEOUT};
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::zk::ensemble::{ZkEnsemble, ZkVersion};
 use fencing_zookeeper::zookeeper_client::{self, Acls, CreateMode};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 const ROUNDS: usize = 4;
-/// Bounds every request (the library's own timeouts are set to it too).
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 const KINDS: [&str; 4] = ["raise", "equal", "guarded", "plain"];
 
 /// One CSV row: a backend, a kind and its median latency.
@@ -44,16 +42,6 @@ pub async fn run(iterations: usize) -> Result<Vec<Row>, BoxError> {
     Ok(rows)
 }
 
-async fn bounded<T, E: Into<BoxError>>(
-    what: &str,
-    f: impl Future<Output = Result<T, E>>,
-) -> Result<T, BoxError> {
-    tokio::time::timeout(OP_TIMEOUT, f)
-        .await
-        .map_err(|_| format!("{what}: no answer within {OP_TIMEOUT:?}"))?
-        .map_err(Into::into)
-}
-
 fn resource(name: &str) -> ResourceName {
     ResourceName::new(name).expect("a valid bench resource name")
 }
@@ -66,10 +54,10 @@ async fn etcd(iterations: usize) -> Result<Vec<Row>, BoxError> {
         "etcd connect",
         etcd_client::Client::connect(cluster.endpoints(), None),
     )
-    .await?;
+    .await??;
     let gate = source.gate("/gate-bench/marks")?;
     let (marks, lock) = (resource("marks"), resource("data"));
-    let grant = bounded("acquire", source.acquire(&lock, &AcquireOptions::new())).await?;
+    let grant = bounded("acquire", source.acquire(&lock, &AcquireOptions::new())).await??;
     let (gate, marks, source_ref, grant_ref) = (&gate, &marks, &source, &grant);
     let mut token = 0u64;
     let figures = rounds(iterations, move |kind, i| {
@@ -78,20 +66,20 @@ async fn etcd(iterations: usize) -> Result<Vec<Row>, BoxError> {
         let (source, grant, mut raw) = (source_ref, grant_ref, raw.clone());
         async move {
             match kind {
-                "raise" | "equal" => bounded("etcd gate", gate.admit(marks, t)).await?,
+                "raise" | "equal" => bounded("etcd gate", gate.admit(marks, t)).await??,
                 "guarded" => {
                     let put = TxnOp::put("/gate-bench/value", value, None);
-                    bounded("guarded txn", source.guarded_txn(grant, vec![put])).await?;
+                    bounded("guarded txn", source.guarded_txn(grant, vec![put])).await??;
                 }
                 _ => {
-                    bounded("plain put", raw.put("/gate-bench/value", value, None)).await?;
+                    bounded("plain put", raw.put("/gate-bench/value", value, None)).await??;
                 }
             }
             Ok(())
         }
     })
     .await?;
-    bounded("release", grant.release()).await?;
+    bounded("release", grant.release()).await??;
     print_figures("etcd 3.6", "guarded_txn", "put", &figures);
     Ok(to_rows("etcd", figures))
 }
@@ -104,12 +92,12 @@ async fn zk(iterations: usize) -> Result<Vec<Row>, BoxError> {
         "zk connect",
         zookeeper_client::Client::connect(&ensemble.connect_string()),
     )
-    .await?;
+    .await??;
     let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    bounded("create", raw.create("/gate-bench-value", b"0", &options)).await?;
-    let gate = bounded("zk gate", source.gate("/gate-bench-marks")).await?;
+    bounded("create", raw.create("/gate-bench-value", b"0", &options)).await??;
+    let gate = bounded("zk gate", source.gate("/gate-bench-marks")).await??;
     let (marks, lock) = (resource("marks"), resource("data"));
-    let grant = bounded("acquire", source.acquire(&lock, &AcquireOptions::new())).await?;
+    let grant = bounded("acquire", source.acquire(&lock, &AcquireOptions::new())).await??;
     let (gate, marks, source_ref, grant_ref, raw) = (&gate, &marks, &source, &grant, &raw);
     let mut token = 0u64;
     let figures = rounds(iterations, move |kind, i| {
@@ -118,23 +106,23 @@ async fn zk(iterations: usize) -> Result<Vec<Row>, BoxError> {
         let (source, grant) = (source_ref, grant_ref);
         async move {
             match kind {
-                "raise" | "equal" => bounded("zk gate", gate.admit(marks, t)).await?,
+                "raise" | "equal" => bounded("zk gate", gate.admit(marks, t)).await??,
                 "guarded" => {
                     let set = |w: &mut zookeeper_client::MultiWriter<'_>| {
                         w.add_set_data("/gate-bench-value", value.as_bytes(), None)
                     };
-                    bounded("guarded multi", source.guarded_multi(grant, set)).await?;
+                    bounded("guarded multi", source.guarded_multi(grant, set)).await??;
                 }
                 _ => {
                     let set = raw.set_data("/gate-bench-value", value.as_bytes(), None);
-                    bounded("plain setData", set).await?;
+                    bounded("plain setData", set).await??;
                 }
             }
             Ok(())
         }
     })
     .await?;
-    bounded("release", grant.release()).await?;
+    bounded("release", grant.release()).await??;
     print_figures("ZooKeeper 3.9", "guarded_multi", "setData", &figures);
     Ok(to_rows("zk", figures))
 }

@@ -1,10 +1,10 @@
 //! Guarded (`FencedUpdate`) against plain PostgreSQL UPDATEs at 1, 8 and 32
 //! concurrent connections, each its own client on its own row.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fencing::FencingToken;
-use fencing_integration::bench::median;
+use fencing_integration::bench::{bounded, median};
 use fencing_integration::postgres::server::PgServer;
 use fencing_postgres::{FencedUpdate, PreparedUpdate};
 use tokio::task::JoinSet;
@@ -24,8 +24,6 @@ const MIN_PER_CONN: usize = 100;
 /// PostgreSQL's switch to a generic plan (after 5 executions) and a cold
 /// cache.
 const WARM_UP: usize = 20;
-/// Bounds every statement, connect included.
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The guarded/plain ratio the performance issue asks for.
 const TARGET: f64 = 1.05;
 
@@ -277,11 +275,4 @@ impl Conn {
         self.token += 1;
         self.token
     }
-}
-
-/// `fut` within `OP_TIMEOUT`, or an error naming `what`.
-async fn bounded<F: std::future::Future>(what: &str, fut: F) -> Res<F::Output> {
-    tokio::time::timeout(OP_TIMEOUT, fut)
-        .await
-        .map_err(|_| format!("PostgreSQL: {what} took over {OP_TIMEOUT:?}").into())
 }
