@@ -18,7 +18,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use fencing::{FencingSource, ResourceName};
 use fencing_election::ElectionConfig;
-use fencing_integration::campaign::client::{self, ClientPlan, ClusterGate, GateMaker};
+use fencing_etcd::etcd_client::TxnOp;
+use fencing_integration::campaign::client::{
+    self, ClientPlan, ClusterGate, GateMaker, GuardedWrite,
+};
 use fencing_integration::campaign::fence_run;
 use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
@@ -26,9 +29,15 @@ use fencing_integration::campaign::run::{self, Config, Workload, LOCKS};
 use fencing_integration::campaign::storage;
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::zk::ensemble::ZkVersion;
+use zookeeper_client::{Acls, CreateMode};
 
 /// Where the cluster gates keep their marks.
 const GATE_PATH: &str = "/campaign-gates";
+/// Where the guarded writes put their values: one key or node per lock.
+const DATA_PATH: &str = "/campaign-data";
+/// The gate names of the guarded writes in the history.
+const GUARDED_ETCD: &str = "etcd-txn";
+const GUARDED_ZK: &str = "zk-multi";
 
 #[derive(Parser)]
 #[command(about = "Fault campaign: real partitions, pauses and kills; the history checked")]
@@ -84,6 +93,11 @@ struct RunArgs {
     /// its stale writes must be refused
     #[arg(long)]
     anchor: bool,
+    /// Every storage write also goes to a PostgreSQL server through
+    /// `FencedUpdate` (a fence column), which the nemesis crashes and
+    /// pauses
+    #[arg(long)]
+    postgres: bool,
 }
 
 #[derive(clap::Args)]
@@ -206,6 +220,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         min_faults,
         workload,
         anchor,
+        postgres,
     } = args;
     let seed = seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
@@ -234,6 +249,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         min_faults,
         workload,
         anchor,
+        postgres,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,
@@ -268,7 +284,15 @@ async fn campaign(args: RunArgs) -> ExitCode {
     }
 }
 
-async fn open(source: &str) -> Result<(Arc<dyn FencingSource>, Option<GateMaker>), String> {
+/// A client's source, the cluster's gate and the cluster's guarded write
+/// (etcd and ZooKeeper; the others have neither).
+struct Opened {
+    source: Arc<dyn FencingSource>,
+    gate: Option<GateMaker>,
+    guarded: Option<(String, GuardedWrite)>,
+}
+
+async fn open(source: &str, lock: &ResourceName) -> Result<Opened, String> {
     let err = |e: fencing::Error| e.to_string();
     if source.starts_with("zk://") {
         let s = Arc::new(
@@ -284,7 +308,24 @@ async fn open(source: &str) -> Result<(Arc<dyn FencingSource>, Option<GateMaker>
                 Some(Arc::new(gate) as ClusterGate)
             })
         });
-        Ok((s, Some(make)))
+        let node = format!("{DATA_PATH}/{lock}");
+        create_zk_node(&s, &node).await?;
+        let writer = s.clone();
+        let guarded: GuardedWrite = Arc::new(move |grant, value| {
+            let (s, node) = (writer.clone(), node.clone());
+            Box::pin(async move {
+                let data = value.to_string();
+                let set = |w: &mut zookeeper_client::MultiWriter<'_>| {
+                    w.add_set_data(&node, data.as_bytes(), None)
+                };
+                s.guarded_multi(grant, set).await.map(drop)
+            })
+        });
+        Ok(Opened {
+            source: s,
+            gate: Some(make),
+            guarded: Some((GUARDED_ZK.to_owned(), guarded)),
+        })
     } else if source.starts_with("etcd://") {
         let s = Arc::new(
             fencing_etcd::EtcdSource::from_url(source)
@@ -296,9 +337,39 @@ async fn open(source: &str) -> Result<(Arc<dyn FencingSource>, Option<GateMaker>
             let gate = gate.clone();
             Box::pin(async move { Some(gate) })
         });
-        Ok((s, Some(make)))
+        let key = format!("{DATA_PATH}/{lock}");
+        let writer = s.clone();
+        let guarded: GuardedWrite = Arc::new(move |grant, value| {
+            let (s, put) = (
+                writer.clone(),
+                TxnOp::put(key.as_str(), value.to_string(), None),
+            );
+            Box::pin(async move { s.guarded_txn(grant, vec![put]).await.map(drop) })
+        });
+        Ok(Opened {
+            source: s,
+            gate: Some(make),
+            guarded: Some((GUARDED_ETCD.to_owned(), guarded)),
+        })
     } else {
-        Ok((fencing::connect(source).await.map_err(err)?, None))
+        Ok(Opened {
+            source: fencing::connect(source).await.map_err(err)?,
+            gate: None,
+            guarded: None,
+        })
+    }
+}
+
+/// The node a guarded multi sets: it must exist (a set of a missing node
+/// fails the multi, which would read as a backend error).
+async fn create_zk_node(s: &fencing_zookeeper::ZkSource, node: &str) -> Result<(), String> {
+    let client = s.client().await.map_err(|e| e.to_string())?;
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let made = tokio::time::timeout(Duration::from_secs(5), client.mkdir(node, &options)).await;
+    match made {
+        Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NodeExists)) => Ok(()),
+        Ok(Err(e)) => Err(format!("creating {node}: {e}")),
+        Err(_) => Err(format!("creating {node}: timed out")),
     }
 }
 
@@ -339,16 +410,16 @@ async fn client_main(args: ClientArgs) -> ExitCode {
     }
     // A client that cannot connect yet (its member down) keeps trying: the
     // campaign decides when it stops.
-    let (source, cluster_gate) = loop {
-        match open(&args.source).await {
-            Ok(pair) => break pair,
+    let opened = loop {
+        match open(&args.source, &plan.resource).await {
+            Ok(opened) => break opened,
             Err(e) => {
                 eprintln!("{name}: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };
-    let gate = cluster_gate.map(|g| (args.gate, g));
+    let gate = opened.gate.map(|g| (args.gate, g));
     // The lease is the session; a leader steps down at 3/4 of it, well
     // after the renewal at 1/3 (the elector refuses less than 1.2 x that).
     let election = args.elect.then(|| {
@@ -357,7 +428,7 @@ async fn client_main(args: ClientArgs) -> ExitCode {
             .renew_deadline(plan.ttl * 3 / 4)
             .retry_period(plan.ttl / 2)
     });
-    client::run(source, gate, plan, election).await;
+    client::run(opened.source, gate, opened.guarded, plan, election).await;
     ExitCode::SUCCESS
 }
 
@@ -409,8 +480,9 @@ async fn child_main(socket: PathBuf, lock: String, hold_ms: u64, stubborn: bool)
 }
 
 async fn inspect(source: String, within_ms: u64) -> ExitCode {
-    let source = match tokio::time::timeout(Duration::from_secs(15), open(&source)).await {
-        Ok(Ok((source, _))) => source,
+    let opening = fencing::connect(&source);
+    let source = match tokio::time::timeout(Duration::from_secs(15), opening).await {
+        Ok(Ok(source)) => source,
         Ok(Err(e)) => {
             eprintln!("inspect: {e}");
             return ExitCode::from(2);

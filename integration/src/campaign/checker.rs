@@ -55,13 +55,17 @@ pub const LOSS_BEFORE_NEXT_GRANT: &str = "loss-before-next-grant";
 pub const DURABILITY: &str = "durability";
 pub const LIVENESS: &str = "liveness";
 
-/// What a storage that keeps values held after the run: every write it
-/// stored, as (resource, token, value), read back from disk.
+/// What the storages held after the run, read back from disk.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stored {
-    /// The gate name of its writes in the history.
+    /// The gate name of the writes that keep values in the history.
     pub gate: String,
+    /// Every write that storage stored, as (resource, token, value).
     pub writes: BTreeSet<(String, u64, u64)>,
+    /// A storage that keeps only the newest value per register (a fence
+    /// column): the fence it holds, per (gate, resource). No write it
+    /// acknowledged may carry a higher token.
+    pub marks: BTreeMap<(String, String), u64>,
 }
 
 /// Completed operations as (completion ns, token, event index), in
@@ -687,13 +691,15 @@ fn stale_writes(
 }
 
 /// Every write the storage acknowledged is in it afterwards, whatever was
-/// killed in between (writes of other gates keep no values).
+/// killed in between; a storage that keeps marks only still holds a mark
+/// at least as high as every token it acknowledged (writes of other gates
+/// are not checked).
 fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
     let Some(stored) = stored else {
         return result(DURABILITY, Vec::new(), vec!["not checked".to_string()]);
     };
     let mut violations = Vec::new();
-    let mut acknowledged = 0;
+    let mut acknowledged = BTreeMap::<&str, usize>::new();
     for &i in &ctx.order {
         let EventKind::Write {
             resource,
@@ -706,11 +712,15 @@ fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
         else {
             continue;
         };
-        if *gate != stored.gate {
+        let missing = if *gate == stored.gate {
+            !stored.writes.contains(&(resource.clone(), *token, *value))
+        } else if let Some(&mark) = stored.marks.get(&(gate.clone(), resource.clone())) {
+            mark < *token
+        } else {
             continue;
-        }
-        acknowledged += 1;
-        if !stored.writes.contains(&(resource.clone(), *token, *value)) {
+        };
+        *acknowledged.entry(gate).or_default() += 1;
+        if missing {
             violations.push(Violation {
                 message: format!(
                     "{}'s write of {value} with token {token} to {gate}/{resource}, \
@@ -722,11 +732,18 @@ fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
             });
         }
     }
-    let notes = vec![format!(
-        "{acknowledged} acknowledged writes to {}, {} stored",
+    let mut notes = vec![format!(
+        "{} acknowledged writes to {}, {} stored",
+        acknowledged.get(stored.gate.as_str()).copied().unwrap_or(0),
         stored.gate,
         stored.writes.len()
     )];
+    for ((gate, resource), mark) in &stored.marks {
+        let n = acknowledged.get(gate.as_str()).copied().unwrap_or(0);
+        notes.push(format!(
+            "{gate}/{resource}: mark {mark} ({n} acknowledged writes to {gate})"
+        ));
+    }
     result(DURABILITY, violations, notes)
 }
 
@@ -1260,6 +1277,7 @@ mod tests {
         let all = |writes: &[(u64, u64)]| Stored {
             gate: "g".into(),
             writes: writes.iter().map(|&(t, v)| ("r".into(), t, v)).collect(),
+            ..Stored::default()
         };
         // Refused writes need not be there; extra ones (unknown outcomes
         // that landed) may be.
@@ -1283,9 +1301,32 @@ mod tests {
         // Another gate's writes are not its business.
         let other = Stored {
             gate: "other".into(),
-            writes: BTreeSet::new(),
+            ..Stored::default()
         };
         assert!(check_with_stored(&h.0, &other, ServerBugs::default()).passed());
+    }
+
+    #[test]
+    fn a_mark_below_an_acknowledged_token_fails_durability() {
+        // The clean history's gate g acknowledged tokens up to 3 on r.
+        let h = clean();
+        let marked = |mark: u64| Stored {
+            gate: "other".into(),
+            marks: [(("g".to_string(), "r".to_string()), mark)].into(),
+            ..Stored::default()
+        };
+        // Higher than every acknowledged token: an unknown write landed.
+        for mark in [3, 4] {
+            let report = check_with_stored(&h.0, &marked(mark), ServerBugs::default());
+            assert!(report.passed(), "{report}");
+        }
+        let report = check_with_stored(&h.0, &marked(2), ServerBugs::default());
+        assert_only_fails(&report, DURABILITY);
+        let v = &report.property(DURABILITY).unwrap().violations;
+        assert!(
+            v.iter().all(|v| v.message.contains("with token 3 to g/r")),
+            "{v:?}"
+        );
     }
 
     #[test]

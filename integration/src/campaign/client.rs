@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, Grant, ResourceName};
 use fencing_election::{ElectionConfig, LeaderElector};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -100,6 +100,20 @@ pub type GateMaker = Arc<
         + Sync,
 >;
 
+/// A write the coordinator itself guards with the grant (etcd's
+/// `guarded_txn`, ZooKeeper's `guarded_multi`): applied only while the
+/// grant's key is still there, refused with [`Error::Lost`] after. Writes
+/// `value` to the resource's data key.
+pub type GuardedWrite = Arc<
+    dyn for<'g> Fn(
+            &'g Grant,
+            u64,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = fencing::Result<()>> + Send + 'g>,
+        > + Send
+        + Sync,
+>;
+
 /// The longest a single write may take before its outcome is "unknown".
 const WRITE_LIMIT: Duration = Duration::from_secs(2);
 
@@ -154,6 +168,7 @@ fn read_stdin(replies: mpsc::Sender<Reply>, stop: tokio::sync::watch::Sender<boo
 struct Writer<'a> {
     io: &'a Io,
     gate: &'a Option<(String, GateMaker)>,
+    guarded: &'a Option<(String, GuardedWrite)>,
     resource: &'a ResourceName,
     every: Duration,
     next_id: u64,
@@ -167,9 +182,15 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Writes through the in-memory gate, then the cluster's gate, every
+    /// Writes through the in-memory gate, then the cluster's gate, then
+    /// (given the grant: not in an election's term) the guarded write, every
     /// `every` until `until`.
-    async fn write_until(&mut self, token: FencingToken, until: tokio::time::Instant) {
+    async fn write_until(
+        &mut self,
+        token: FencingToken,
+        grant: Option<&Grant>,
+        until: tokio::time::Instant,
+    ) {
         let cluster_gate = match self.gate {
             Some((_, make)) => make().await,
             None => None,
@@ -181,13 +202,49 @@ impl Writer<'_> {
             self.next_id += 1;
             write_memory(self.io, self.next_id, resource, token.get(), self.value).await;
             if let (Some((name, _)), Some(gate)) = (self.gate, &cluster_gate) {
-                self.next_id += 1;
-                self.in_flight = Some(self.next_id);
-                let (id, value) = (self.next_id, self.value);
-                write_gate(self.io, id, name, gate, self.resource, token, value).await;
-                self.in_flight = None;
+                let write = gate.admit(self.resource, token);
+                self.write_through(name, token, write).await;
+            }
+            if let (Some((name, write)), Some(grant)) = (self.guarded, grant) {
+                self.write_through(name, token, write(grant, self.value))
+                    .await;
             }
         }
+    }
+
+    /// One write to a cluster, reported before it is sent and after.
+    async fn write_through(
+        &mut self,
+        name: &str,
+        token: FencingToken,
+        write: impl std::future::Future<Output = fencing::Result<()>>,
+    ) {
+        self.next_id += 1;
+        self.in_flight = Some(self.next_id);
+        let (id, value) = (self.next_id, self.value);
+        let resource = self.resource.as_str().to_owned();
+        self.io
+            .send(ClientLine::WriteStart {
+                id,
+                gate: name.to_owned(),
+                resource,
+                token: token.get(),
+                value,
+            })
+            .await;
+        let outcome = match tokio::time::timeout(WRITE_LIMIT, write).await {
+            Ok(Ok(())) => WriteOutcome::Accepted,
+            // A gate refuses with Stale, a guarded write with Lost (its
+            // compare failed: nothing was applied).
+            Ok(Err(Error::Stale { .. } | Error::Lost { .. })) => WriteOutcome::Refused,
+            Ok(Err(e)) => {
+                eprintln!("{name} write of token {token}: {e}");
+                WriteOutcome::Unknown
+            }
+            Err(_) => WriteOutcome::Unknown,
+        };
+        self.io.send(ClientLine::WriteEnd { id, outcome }).await;
+        self.in_flight = None;
     }
 
     /// Reports the write a loss cut short.
@@ -215,6 +272,7 @@ pub fn next_hold(rng: &mut Rng, plan: &ClientPlan) -> Duration {
 pub async fn run(
     source: Arc<dyn FencingSource>,
     gate: Option<(String, GateMaker)>,
+    guarded: Option<(String, GuardedWrite)>,
     plan: ClientPlan,
     election: Option<ElectionConfig>,
 ) {
@@ -229,6 +287,7 @@ pub async fn run(
     let mut writer = Writer {
         io: &io,
         gate: &gate,
+        guarded: &guarded,
         resource: &plan.resource,
         every: plan.write_every,
         next_id: 0,
@@ -301,7 +360,7 @@ async fn hold_once(
     // when it fires, not when a slow write returns.
     let lost = tokio::select! {
         reason = grant.lost() => Some(reason),
-        () = writer.write_until(token, until) => None,
+        () = writer.write_until(token, Some(&grant), until) => None,
     };
     writer.cut_short().await;
     match lost {
@@ -336,7 +395,7 @@ async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Durat
             async move {
                 granted(io, resource, token).await;
                 writer
-                    .write_until(token, tokio::time::Instant::now() + hold)
+                    .write_until(token, None, tokio::time::Instant::now() + hold)
                     .await;
                 // As for a lock: no longer acting as leader before resigning.
                 released(writer, resource, token).await;
@@ -399,33 +458,4 @@ async fn write_memory(io: &Io, id: u64, resource: &str, token: u64, value: u64) 
     .await;
     // The controller records the outcome; the client only waits for it.
     let _ = io.reply(id).await;
-}
-
-async fn write_gate(
-    io: &Io,
-    id: u64,
-    name: &str,
-    gate: &ClusterGate,
-    resource: &ResourceName,
-    token: FencingToken,
-    value: u64,
-) {
-    io.send(ClientLine::WriteStart {
-        id,
-        gate: name.to_owned(),
-        resource: resource.as_str().to_owned(),
-        token: token.get(),
-        value,
-    })
-    .await;
-    let outcome = match tokio::time::timeout(WRITE_LIMIT, gate.admit(resource, token)).await {
-        Ok(Ok(())) => WriteOutcome::Accepted,
-        Ok(Err(Error::Stale { .. })) => WriteOutcome::Refused,
-        Ok(Err(e)) => {
-            eprintln!("gate write of token {token}: {e}");
-            WriteOutcome::Unknown
-        }
-        Err(_) => WriteOutcome::Unknown,
-    };
-    io.send(ClientLine::WriteEnd { id, outcome }).await;
 }

@@ -3,7 +3,8 @@
 //! [`kube`]; or a local directory), client processes that lock and write
 //! through gates ([`client`]), a seeded nemesis that partitions, pauses and
 //! kills ([`nemesis`]), the storage process behind a `FileGate` that the
-//! clients write to ([`storage`]), the controller that records one history
+//! clients write to ([`storage`]) and, optionally, a PostgreSQL server
+//! behind a fence column ([`pg_storage`]), the controller that records one history
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
 //! self-contained HTML time line of the run ([`timeline`]).
 
@@ -14,6 +15,7 @@ pub mod history;
 pub mod kube;
 pub mod members;
 pub mod nemesis;
+pub mod pg_storage;
 pub mod rng;
 pub mod run;
 pub mod storage;

@@ -51,9 +51,14 @@ pub enum Fault {
     /// The storage process SIGKILLed (and started again at the end of the
     /// step): its gate's marks and acknowledged values must survive.
     KillStorage,
+    /// SIGKILL of every PostgreSQL server process, then crash recovery
+    /// (with `--postgres`).
+    KillPostgres,
     /// The storage process stopped (SIGSTOP): writes in flight wait, and
     /// are applied late.
     PauseStorage,
+    /// SIGSTOP of every PostgreSQL server process (with `--postgres`).
+    PausePostgres,
 }
 
 impl Fault {
@@ -78,6 +83,8 @@ impl Fault {
             Fault::DeleteLeases => "delete-leases",
             Fault::KillStorage => "kill-storage",
             Fault::PauseStorage => "pause-storage",
+            Fault::KillPostgres => "kill-postgres",
+            Fault::PausePostgres => "pause-postgres",
         }
     }
 }
@@ -135,7 +142,12 @@ const CLIENT_FAULTS: [Fault; 7] = [
 ];
 
 /// A third lane, in one step of four: the storage's faults.
-const STORAGE_FAULTS: [Fault; 2] = [Fault::KillStorage, Fault::PauseStorage];
+const STORAGE_FAULTS: [Fault; 4] = [
+    Fault::KillStorage,
+    Fault::PauseStorage,
+    Fault::KillPostgres,
+    Fault::PausePostgres,
+];
 
 /// One step of the schedule.
 #[derive(Clone, Debug)]
@@ -160,6 +172,8 @@ enum Undo {
     RestartClient(usize),
     RestartStorage,
     ResumeStorage,
+    RestartPostgres,
+    ResumePostgres,
     /// Kill the client running on a faked clock, start it on the real one.
     RealClock(usize),
     /// Make the client's wall clock jump now (by this many seconds), then
@@ -174,6 +188,9 @@ pub struct Nemesis {
     rng: Rng,
     clients: usize,
     kind: Kind,
+    /// How many of [`STORAGE_FAULTS`] apply: the PostgreSQL ones only with
+    /// a server.
+    storage_faults: usize,
     /// The longest step: well past a lease, so that a holder cut off or
     /// paused for a whole step is taken over while it still believes.
     longest: Duration,
@@ -190,11 +207,12 @@ const LONG_HOLD_NS: u64 = 300_000_000;
 const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
 impl Nemesis {
-    pub fn new(rng: Rng, clients: usize, kind: Kind, ttl: Duration) -> Self {
+    pub fn new(rng: Rng, clients: usize, kind: Kind, ttl: Duration, postgres: bool) -> Self {
         Nemesis {
             rng,
             clients,
             kind,
+            storage_faults: if postgres { 4 } else { 2 },
             longest: (ttl * 5 / 2).max(Duration::from_millis(2500)),
             next_id: 0,
             clock: None,
@@ -216,9 +234,17 @@ impl Nemesis {
         // (late in the step, once the next holder has written): so half of
         // the pauses get a storage crash.
         let storage = if client == Fault::PauseClient && self.rng.below(2) == 0 {
-            Some(Fault::KillStorage)
+            // With a PostgreSQL server, its crash as often as the file
+            // storage's (no draw without one: old seeds replay as before).
+            let pg = self.storage_faults > 2 && self.rng.below(2) == 0;
+            Some(if pg {
+                Fault::KillPostgres
+            } else {
+                Fault::KillStorage
+            })
         } else {
-            (self.rng.below(4) == 0).then(|| *self.rng.pick(&STORAGE_FAULTS))
+            let faults = &STORAGE_FAULTS[..self.storage_faults];
+            (self.rng.below(4) == 0).then(|| *self.rng.pick(faults))
         };
         let duration = self.rng.duration(Duration::from_millis(800), self.longest);
         Step {
@@ -293,6 +319,8 @@ impl Nemesis {
                 Undo::RestartClient(_) => {}
                 Undo::RestartStorage => world.storage.restart().await?,
                 Undo::ResumeStorage => world.storage.signal(Signal::CONT).await,
+                Undo::RestartPostgres => postgres(world)?.restart().await?,
+                Undo::ResumePostgres => postgres(world)?.signal(Signal::CONT).await,
                 // Deferred above.
                 Undo::RealClock(_) | Undo::JumpThenRealClock(..) => {}
             }
@@ -349,6 +377,14 @@ impl Nemesis {
             Fault::PauseStorage => {
                 world.storage.signal(Signal::STOP).await;
                 Ok(("storage".into(), Undo::ResumeStorage))
+            }
+            Fault::KillPostgres => {
+                postgres(world)?.kill().await;
+                Ok(("postgres".into(), Undo::RestartPostgres))
+            }
+            Fault::PausePostgres => {
+                postgres(world)?.signal(Signal::STOP).await;
+                Ok(("postgres".into(), Undo::ResumePostgres))
             }
             _ => self.apply_to_cluster(world, fault).await,
         }
@@ -503,6 +539,13 @@ async fn crash(world: &mut World, c: usize) {
     world.clients[c].kill().await;
     let name = world.clients[c].name.clone();
     world.recorder.record(&name, EventKind::Crash {});
+}
+
+fn postgres(world: &World) -> Result<&super::pg_storage::PgStore, String> {
+    world
+        .postgres
+        .as_deref()
+        .ok_or_else(|| "no PostgreSQL server".to_string())
 }
 
 fn cluster(world: &mut World) -> Result<&mut super::members::Cluster, String> {

@@ -19,6 +19,7 @@ use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
 use super::kube::AdminAction;
 use super::members::{Cluster, Kind};
 use super::nemesis::{kube_admin, Nemesis};
+use super::pg_storage::{self, PgStore};
 use super::rng::Rng;
 use super::storage::{self, Storage};
 use super::timeline;
@@ -66,6 +67,9 @@ pub struct Config {
     /// The last client is an anchor instead: Go's `concurrency.Mutex`
     /// (etcd, lock workload only).
     pub anchor: bool,
+    /// Every storage write also goes to a PostgreSQL server through a
+    /// fence column, and the nemesis crashes and pauses that server.
+    pub postgres: bool,
 }
 
 impl Config {
@@ -255,6 +259,8 @@ pub struct World {
     pub recorder: Arc<Recorder>,
     /// The storage process the clients write to.
     pub storage: Arc<Storage>,
+    /// The PostgreSQL server they also write to, with `--postgres`.
+    pub postgres: Option<Arc<PgStore>>,
     spawner: Spawner,
 }
 
@@ -360,7 +366,7 @@ impl World {
             stdout,
             proc.stdin.clone(),
             self.recorder.clone(),
-            self.storage.clone(),
+            (self.storage.clone(), self.postgres.clone()),
         )));
         Ok(())
     }
@@ -416,13 +422,16 @@ fn anchor_args(url: &str, lock: &str, ttl: Duration, seed: u64) -> Result<Vec<St
     .collect())
 }
 
+/// The storages a client's writes go to.
+type Stores = (Arc<Storage>, Option<Arc<PgStore>>);
+
 /// Turns one client's lines into events; passes its writes to the storage.
 async fn relay(
     name: String,
     stdout: tokio::process::ChildStdout,
     stdin: ClientStdin,
     recorder: Arc<Recorder>,
-    storage: Arc<Storage>,
+    stores: Stores,
 ) {
     let mut lines = BufReader::new(stdout).lines();
     let mut started: HashMap<u64, (u64, ClientLine)> = HashMap::new();
@@ -489,7 +498,7 @@ async fn relay(
                 token,
                 value,
             } => {
-                let write = (storage.clone(), recorder.clone(), stdin.clone());
+                let write = (stores.clone(), recorder.clone(), stdin.clone());
                 writes.spawn(store(write, name.clone(), at, id, resource, token, value));
                 continue;
             }
@@ -501,9 +510,10 @@ async fn relay(
     while writes.join_next().await.is_some() {}
 }
 
-/// One write through the storage, recorded, and answered to the client.
+/// One write through the storage (and PostgreSQL), recorded, and answered
+/// to the client.
 async fn store(
-    (storage, recorder, stdin): (Arc<Storage>, Arc<Recorder>, ClientStdin),
+    ((storage, postgres), recorder, stdin): (Stores, Arc<Recorder>, ClientStdin),
     client: String,
     start_ns: u64,
     id: u64,
@@ -511,20 +521,30 @@ async fn store(
     token: u64,
     value: u64,
 ) {
-    let outcome = match storage.write(&resource, token, value).await {
-        Some(true) => WriteOutcome::Accepted,
-        Some(false) => WriteOutcome::Refused,
-        None => WriteOutcome::Unknown,
-    };
-    let write = EventKind::Write {
-        resource,
+    let write = |gate: &str, outcome| EventKind::Write {
+        resource: resource.clone(),
         token,
-        gate: storage::GATE.into(),
+        gate: gate.into(),
         start_ns,
         outcome,
         value,
     };
-    recorder.record(&client, write);
+    let file = async {
+        let outcome = match storage.write(&resource, token, value).await {
+            Some(true) => WriteOutcome::Accepted,
+            Some(false) => WriteOutcome::Refused,
+            None => WriteOutcome::Unknown,
+        };
+        recorder.record(&client, write(storage::GATE, outcome));
+        outcome
+    };
+    let pg = async {
+        if let Some(pg) = &postgres {
+            let outcome = pg.write(&client, &resource, token, value).await;
+            recorder.record(&client, write(pg_storage::GATE, outcome));
+        }
+    };
+    let (outcome, ()) = tokio::join!(file, pg);
     let accepted = outcome == WriteOutcome::Accepted;
     answer(&stdin, &Reply { id, accepted }).await;
 }
@@ -545,7 +565,14 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let mut world = setup(&cfg, recorder.clone()).await?;
     let result = campaign(&cfg, &mut world).await;
     let leftover = finish(&mut world).await;
-    let stored = world.storage.finish().await;
+    let mut stored = world.storage.finish().await;
+    if let (Ok(stored), Some(pg)) = (&mut stored, &world.postgres) {
+        for (resource, fence) in pg.fences().await? {
+            stored
+                .marks
+                .insert((pg_storage::GATE.to_owned(), resource), fence);
+        }
+    }
     result?;
     let events = recorder.events();
     let bugs = checker::ServerBugs {
@@ -625,12 +652,17 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         })
         .collect();
     let storage = Arc::new(Storage::start(&exe, &cfg.out.join("storage")).await?);
+    let postgres = match cfg.postgres {
+        true => Some(Arc::new(PgStore::start(&LOCKS).await?)),
+        false => None,
+    };
     let mut world = World {
         network,
         cluster,
         clients,
         recorder,
         storage,
+        postgres,
         spawner: Spawner {
             exe,
             urls,
@@ -710,7 +742,13 @@ async fn wait_for_apiserver(world: &World, limit: Duration) -> Result<(), String
 /// duration ends, then healing and a recovery window.
 async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     let deadline = Instant::now() + cfg.duration;
-    let mut nemesis = Nemesis::new(Rng::new(cfg.seed), world.clients.len(), cfg.kind, cfg.ttl);
+    let mut nemesis = Nemesis::new(
+        Rng::new(cfg.seed),
+        world.clients.len(),
+        cfg.kind,
+        cfg.ttl,
+        cfg.postgres,
+    );
     // Let the clients take their first grants before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
@@ -751,6 +789,10 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     }
     world.storage.signal(Signal::CONT).await;
     world.storage.restart().await?;
+    if let Some(pg) = &world.postgres {
+        pg.signal(Signal::CONT).await;
+        pg.restart().await?;
+    }
     for i in 0..world.clients.len() {
         world.clients[i].signal(Signal::CONT);
         if world.clients[i].clock.take().is_some() {

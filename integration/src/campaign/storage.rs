@@ -345,6 +345,7 @@ fn stored(text: &str) -> Stored {
     Stored {
         gate: GATE.to_owned(),
         writes,
+        ..Stored::default()
     }
 }
 
