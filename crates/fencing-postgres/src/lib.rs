@@ -28,14 +28,25 @@ pub use tokio_postgres;
 use fencing_core::Error;
 
 /// Maps a PostgreSQL error: missing privileges and failed logins become
-/// [`Error::PermissionDenied`], everything else [`Error::Backend`].
+/// [`Error::PermissionDenied`], everything else [`Error::Backend`]. A
+/// server's error is named by its severity, SQLSTATE code and message
+/// (the client crate's own text for it is only "db error").
 #[must_use]
 pub fn pg_error(e: tokio_postgres::Error) -> Error {
     use tokio_postgres::error::SqlState;
+    let context = match e.as_db_error() {
+        Some(db) => format!(
+            "PostgreSQL {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        ),
+        None => "PostgreSQL".to_owned(),
+    };
     match e.code() {
         Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE || c.code().starts_with("28") => {
-            Error::PermissionDenied(format!("PostgreSQL: {e}"))
+            Error::PermissionDenied(format!("{context} ({e})"))
         }
-        _ => Error::backend("PostgreSQL", e),
+        _ => Error::backend(context, e),
     }
 }

@@ -256,6 +256,25 @@ async fn a_null_fence_admits_and_never_panics() {
     }
 }
 
+/// A server error names what the server said, not only "db error".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_names_the_servers_message() {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    let missing = FencedUpdate::new("no_such_table", "id", "fence", &["value"])
+        .unwrap()
+        .prepare(&client)
+        .await;
+    let message = match missing {
+        Err(e @ Error::Backend { .. }) => e.to_string(),
+        other => panic!("preparing against a missing table: {other:?}"),
+    };
+    assert!(
+        message.starts_with("PostgreSQL ERROR 42P01: relation \"no_such_table\" does not exist"),
+        "{message}"
+    );
+}
+
 /// A refused update is reported as refused even when the row disappears
 /// right after the UPDATE. The race is made deterministic by a statement
 /// trigger that deletes the row at the end of every UPDATE of the table.
