@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -103,7 +102,11 @@ pub struct LeaseTracker {
 
 #[derive(Debug)]
 struct Inner {
-    deadline: watch::Sender<Instant>,
+    /// Only ever moves later, so [`LeaseTracker::lost`] re-reads it when
+    /// its sleep ends rather than being woken by each renewal (a wake-up
+    /// per grant per renewal made a session's renewals cost O(grants)
+    /// timer work).
+    deadline: Mutex<Instant>,
     /// Send time of the latest confirmed renewal (or of the grant).
     renewed_at: Mutex<Instant>,
     lost: CancellationToken,
@@ -114,10 +117,9 @@ impl LeaseTracker {
     /// A tracker for a lease granted by a request sent at `sent_at`.
     #[must_use]
     pub fn new(sent_at: Instant, ttl: Duration) -> Self {
-        let (deadline, _) = watch::channel(local_deadline(sent_at, ttl));
         LeaseTracker {
             inner: Arc::new(Inner {
-                deadline,
+                deadline: Mutex::new(local_deadline(sent_at, ttl)),
                 renewed_at: Mutex::new(sent_at),
                 lost: CancellationToken::new(),
                 reason: Mutex::new(None),
@@ -141,13 +143,8 @@ impl LeaseTracker {
             *last = (*last).max(sent_at);
         }
         let next = local_deadline(sent_at, ttl);
-        self.inner.deadline.send_if_modified(|d| {
-            let later = next > *d;
-            if later {
-                *d = next;
-            }
-            later
-        });
+        let mut deadline = lock(&self.inner.deadline);
+        *deadline = (*deadline).max(next);
         true
     }
 
@@ -174,7 +171,7 @@ impl LeaseTracker {
     /// The current local deadline.
     #[must_use]
     pub fn deadline(&self) -> Instant {
-        *self.inner.deadline.borrow()
+        *lock(&self.inner.deadline)
     }
 
     /// True until loss was reported or the local deadline passed.
@@ -195,9 +192,9 @@ impl LeaseTracker {
     /// Resolves when the grant is lost: reported by the backend, or the local
     /// deadline passed without a renewal. Returns the reason.
     pub async fn lost(&self) -> LossReason {
-        let mut rx = self.inner.deadline.subscribe();
         loop {
-            let deadline = *rx.borrow_and_update();
+            // A renewal meanwhile moved the deadline later: sleep again.
+            let deadline = self.deadline();
             if Instant::now() >= deadline {
                 self.mark_lost(LossReason::ExpiredLocally, "local deadline passed");
                 break;
@@ -205,7 +202,6 @@ impl LeaseTracker {
             tokio::select! {
                 _ = self.inner.lost.cancelled() => break,
                 _ = tokio::time::sleep_until(deadline) => {}
-                _ = rx.changed() => {}
             }
         }
         self.loss_reason().unwrap_or(LossReason::ExpiredLocally)
@@ -385,6 +381,27 @@ mod tests {
             "a renewal after loss must not revive"
         );
         assert!(!t.is_live());
+    }
+
+    /// A waiter already asleep on the old deadline is not woken by the
+    /// renewal; it wakes at the old deadline, finds the new one and sleeps
+    /// on.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_while_waiting_moves_the_waiters_deadline() {
+        let ttl = Duration::from_secs(10);
+        let start = Instant::now();
+        let t = LeaseTracker::new(start, ttl);
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move {
+                t.lost().await;
+                Instant::now()
+            }
+        });
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(t.renewed(Instant::now(), ttl));
+        let fired = waiter.await.unwrap();
+        assert_eq!(fired - start, Duration::from_secs(14));
     }
 
     #[tokio::test(start_paused = true)]
