@@ -21,6 +21,9 @@
 //	--gate-url URL           while leading, send --writes PUT requests to URL
 //	--writes K               with header "Fencing-Token: <token>" (default 3)
 //
+// `client-go-elector campaign [flags]` is instead the anchor client of the
+// Rust fault campaign: see campaign.go.
+//
 // # Output
 //
 // One JSON object per line on stdout; every object has "event" and "t"
@@ -148,6 +151,14 @@ func fail(format string, args ...any) {
 }
 
 func main() {
+	// "campaign" is a subcommand of its own (campaign.go); every other
+	// use is the flags above.
+	if len(os.Args) > 1 && os.Args[1] == "campaign" {
+		if err := runCampaign(os.Args[2:]); err != nil {
+			fail("campaign: %v", err)
+		}
+		return
+	}
 	o, err := parseFlags()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "client-go-elector: %v\n", err)

@@ -543,13 +543,19 @@ fn gate_monotonic(ctx: &Ctx) -> PropertyResult {
     result(GATE_MONOTONIC, violations, Vec::new())
 }
 
-/// Clients named so are anchors (another library on the same lock): they
-/// hear of a lost lease late or never, which is why fencing exists; only
-/// their stale writes are checked.
-pub const ANCHOR_PREFIX: &str = "go";
+/// Clients named so, followed by their number, are anchors (another library
+/// on the same lock): they hear of a lost lease late or never, which is why
+/// fencing exists; only their stale writes are checked. Go's
+/// `concurrency.Mutex` on etcd, Curator's `InterProcessMutex` on ZooKeeper,
+/// client-go's leader election on Kubernetes.
+pub const ANCHOR_PREFIXES: [&str; 3] = ["go", "curator", "clientgo"];
 
 pub fn is_anchor(client: &str) -> bool {
-    client.starts_with(ANCHOR_PREFIX)
+    ANCHOR_PREFIXES.iter().any(|prefix| {
+        client
+            .strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 /// Whether `fault` excuses `client` for not noticing, during the hold from
@@ -1269,6 +1275,16 @@ mod tests {
         assert!(p.violations[0]
             .message
             .ends_with("(exempt as an anchor, told of no loss in time)"));
+    }
+
+    #[test]
+    fn anchors_are_named_by_library_and_number() {
+        for anchor in ["go4", "curator4", "clientgo12"] {
+            assert!(is_anchor(anchor), "{anchor}");
+        }
+        for client in ["c1", "c12", "go", "curator", "gopher1", "c", NEMESIS] {
+            assert!(!is_anchor(client), "{client}");
+        }
     }
 
     #[test]

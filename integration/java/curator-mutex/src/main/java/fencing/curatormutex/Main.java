@@ -62,7 +62,7 @@ public final class Main {
         int code = 0;
         try {
             if (args.length < 1) {
-                throw new Failure("usage: curator-mutex contend|bench|waiters|hold [flags]");
+                throw new Failure("usage: curator-mutex contend|bench|waiters|hold|campaign [flags]");
             }
             String[] rest = Arrays.copyOfRange(args, 1, args.length);
             switch (args[0]) {
@@ -70,7 +70,8 @@ public final class Main {
                 case "bench" -> bench(rest);
                 case "waiters" -> waiters(rest);
                 case "hold" -> hold(rest);
-                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters or hold)");
+                case "campaign" -> Campaign.run(rest);
+                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters, hold or campaign)");
             }
         } catch (Throwable e) {
             emitError(e);
@@ -239,6 +240,16 @@ public final class Main {
     }
 
     static CuratorFramework connect(String connect, int sessionTimeoutMs) throws Exception {
+        CuratorFramework client = started(connect, sessionTimeoutMs);
+        if (!client.blockUntilConnected(CONNECT_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+            client.close();
+            throw new Failure("not connected to " + connect + " within " + CONNECT_TIMEOUT_MS + " ms");
+        }
+        return client;
+    }
+
+    /** A started client, perhaps not connected yet. */
+    static CuratorFramework started(String connect, int sessionTimeoutMs) throws Failure {
         if (connect == null || connect.isBlank()) {
             throw new Failure("--connect is required (host:port[,host:port...])");
         }
@@ -253,10 +264,6 @@ public final class Main {
                 .retryPolicy(new ExponentialBackoffRetry(100, 3))
                 .build();
         client.start();
-        if (!client.blockUntilConnected(CONNECT_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
-            client.close();
-            throw new Failure("not connected to " + connect + " within " + CONNECT_TIMEOUT_MS + " ms");
-        }
         return client;
     }
 
