@@ -56,12 +56,15 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # kube runs kube-apiserver on three etcd members (apiserver kills and
 # pauses, Lease deletion, and the etcd faults). Every client also writes to
 # a storage process (FencingLayer over a FileGate) that is killed and
-# paused; on etcd 3.6 the fourth client is an anchor, Go's
-# concurrency.Mutex, whose late writes must be refused.
+# paused, and (lock workload, etcd and ZooKeeper) through the cluster's
+# guarded write; with --postgres also to a PostgreSQL row through
+# FencedUpdate, the server crashed and paused too. On etcd 3.6 the fourth
+# client is an anchor, Go's concurrency.Mutex, whose late writes must be
+# refused.
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
-for run in "local 60 300 lock" "zk 90 300 lock" "zk38 90 300 lock" "etcd 150 300 lock --anchor" \
-           "etcd34 120 100 lock" "kube 120 150 lock" "zk 60 250 elect" "etcd 90 150 elect" \
-           "zk 120 200 fence-run"; do
+for run in "local 60 300 lock --postgres" "zk 90 300 lock --postgres" "zk38 90 300 lock" \
+           "etcd 150 300 lock --anchor" "etcd34 120 100 lock" "kube 120 150 lock --postgres" \
+           "zk 60 250 elect" "etcd 90 150 elect" "zk 120 200 fence-run"; do
     set -- $run
     out="$campaign_out/$1-$4"
     echo "== fault campaign: $1, $4 workload, for $2 s (history and timeline in $out)"

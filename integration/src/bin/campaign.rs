@@ -120,6 +120,9 @@ struct ClientArgs {
     /// Run `fence run` over and over rather than use the library
     #[arg(long, conflicts_with = "elect")]
     fence_run: bool,
+    /// Ignore the grant's loss and write through the whole hold
+    #[arg(long, conflicts_with_all = ["elect", "fence_run"])]
+    careless: bool,
 }
 
 #[derive(Subcommand)]
@@ -389,6 +392,7 @@ fn plan(resource: ResourceName, ttl: Duration, seed: u64) -> ClientPlan {
         ),
         write_every: WRITE_EVERY,
         seed,
+        careless: false,
     }
 }
 
@@ -404,7 +408,13 @@ async fn client_main(args: ClientArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let plan = plan(resource, Duration::from_millis(args.ttl_ms), args.seed);
+    let mut plan = plan(resource, Duration::from_millis(args.ttl_ms), args.seed);
+    if args.careless {
+        // Long holds as often as an anchor's: only a hold that outlasts
+        // its lease makes late writes.
+        plan.careless = true;
+        plan.long_hold_percent = 20;
+    }
     if args.fence_run {
         return fence_run_client(name, args.source, plan).await;
     }

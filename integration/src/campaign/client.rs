@@ -86,6 +86,8 @@ pub struct ClientPlan {
     pub long_hold: (Duration, Duration),
     pub write_every: Duration,
     pub seed: u64,
+    /// Ignore `lost()` and write through the whole hold (lock workload).
+    pub careless: bool,
 }
 
 /// The cluster's own gate, when the backend has one.
@@ -182,9 +184,9 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Writes through the in-memory gate, then the cluster's gate, then
-    /// (given the grant: not in an election's term) the guarded write, every
-    /// `every` until `until`.
+    /// Writes through the storage, the cluster's gate and (given the
+    /// grant: not in an election's term) the guarded write, every `every`
+    /// until `until`.
     async fn write_until(
         &mut self,
         token: FencingToken,
@@ -199,15 +201,29 @@ impl Writer<'_> {
         while tokio::time::Instant::now() < until && !*self.stop.borrow() {
             tokio::time::sleep(self.every).await;
             self.value += 1;
-            self.next_id += 1;
-            write_memory(self.io, self.next_id, resource, token.get(), self.value).await;
-            if let (Some((name, _)), Some(gate)) = (self.gate, &cluster_gate) {
-                let write = gate.admit(self.resource, token);
-                self.write_through(name, token, write).await;
-            }
-            if let (Some((name, write)), Some(grant)) = (self.guarded, grant) {
-                self.write_through(name, token, write(grant, self.value))
-                    .await;
+            // The three writes take turns going first: the first write
+            // after a pause races the holder's loss, which every gate must
+            // meet (the ones behind it rarely get sent late).
+            for k in 0..3 {
+                match (self.value as usize + k) % 3 {
+                    0 => {
+                        self.next_id += 1;
+                        let (id, value) = (self.next_id, self.value);
+                        write_memory(self.io, id, resource, token.get(), value).await;
+                    }
+                    1 => {
+                        if let (Some((name, _)), Some(gate)) = (self.gate, &cluster_gate) {
+                            let write = gate.admit(self.resource, token);
+                            self.write_through(name, token, write).await;
+                        }
+                    }
+                    _ => {
+                        if let (Some((name, write)), Some(grant)) = (self.guarded, grant) {
+                            self.write_through(name, token, write(grant, self.value))
+                                .await;
+                        }
+                    }
+                }
             }
         }
     }
@@ -358,9 +374,14 @@ async fn hold_once(
     let until = tokio::time::Instant::now() + hold;
     // lost() is watched during the writes too, so the loss is reported
     // when it fires, not when a slow write returns.
-    let lost = tokio::select! {
-        reason = grant.lost() => Some(reason),
-        () = writer.write_until(token, Some(&grant), until) => None,
+    let lost = if plan.careless {
+        writer.write_until(token, Some(&grant), until).await;
+        None
+    } else {
+        tokio::select! {
+            reason = grant.lost() => Some(reason),
+            () = writer.write_until(token, Some(&grant), until) => None,
+        }
     };
     writer.cut_short().await;
     match lost {

@@ -29,6 +29,10 @@ use crate::net::netns::{Host, Network};
 /// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
 /// each lock changes hands often and the grants per minute double.
 pub const LOCKS: [&str; 2] = ["campaign-a", "campaign-b"];
+/// In the lock workload, this client ignores its grant's loss and writes
+/// through its whole hold (see [`checker::CARELESS_PREFIX`]); the others
+/// stop at `lost()`, so only this one makes sure the gates see late writes.
+const CARELESS_CLIENT: usize = 2;
 /// libfaketime for multi-threaded programs (Debian's `faketime` package):
 /// it scales the wall and the monotonic clock, and sleeps, of the process.
 const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
@@ -85,6 +89,8 @@ impl Config {
                 Kind::Etcd(_) | Kind::Local => go,
             };
             format!("{prefix}{}", i + 1)
+        } else if self.workload == Workload::Lock && i == CARELESS_CLIENT {
+            format!("{}{}", checker::CARELESS_PREFIX, i + 1)
         } else {
             format!("c{}", i + 1)
         }
@@ -346,6 +352,9 @@ impl World {
                 .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
                 .args(["--seed", &seed.to_string()]);
             match s.workload {
+                Workload::Lock if checker::is_careless(&proc.name) => {
+                    cmd.arg("--careless");
+                }
                 Workload::Lock => {}
                 Workload::Elect => {
                     cmd.arg("--elect");
