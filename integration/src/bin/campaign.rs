@@ -88,9 +88,10 @@ struct RunArgs {
     /// whose command writes with FENCING_TOKEN
     #[arg(long, value_enum, default_value_t = Workload::Lock)]
     workload: Workload,
-    /// The last client is an anchor instead: Go's concurrency.Mutex on the
-    /// same lock (etcd, lock workload), which hears of a lost lease late;
-    /// its stale writes must be refused
+    /// The last client is an anchor instead (lock workload): Go's
+    /// concurrency.Mutex on etcd, Curator's InterProcessMutex on ZooKeeper,
+    /// client-go's leader election on Kubernetes, on the same lock; it
+    /// hears of a lost lease late, and its stale writes must be refused
     #[arg(long)]
     anchor: bool,
     /// Every storage write also goes to a PostgreSQL server through

@@ -68,8 +68,9 @@ pub struct Config {
     pub min_faults: usize,
     /// What the clients do.
     pub workload: Workload,
-    /// The last client is an anchor instead: Go's `concurrency.Mutex`
-    /// (etcd, lock workload only).
+    /// The last client is an anchor instead (lock workload only): Go's
+    /// `concurrency.Mutex` on etcd, Curator's `InterProcessMutex` on
+    /// ZooKeeper, client-go's leader election on Kubernetes.
     pub anchor: bool,
     /// Every storage write also goes to a PostgreSQL server through a
     /// fence column, and the nemesis crashes and pauses that server.
