@@ -348,8 +348,10 @@ pub async fn run(
     }
 }
 
-/// How long a stopping client may take to finish its acquire and release.
-const STOP_LIMIT: Duration = Duration::from_secs(6);
+/// How long a stopping client may take to finish its acquire and release:
+/// an acquire may take its whole 5 s wait and the release its 2 s limit,
+/// and a release cut short leaves a Kubernetes Lease naming the client.
+pub const STOP_LIMIT: Duration = Duration::from_secs(9);
 
 /// One acquire, hold with writes, and release (or loss).
 async fn hold_once(

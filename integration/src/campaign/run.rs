@@ -925,7 +925,8 @@ async fn finish(world: &mut World) -> Option<String> {
     }
     for c in &mut world.clients {
         if let Some(child) = c.child.as_mut() {
-            let _ = tokio::time::timeout(Duration::from_secs(8), child.wait()).await;
+            let limit = super::client::STOP_LIMIT + Duration::from_secs(3);
+            let _ = tokio::time::timeout(limit, child.wait()).await;
         }
         c.kill().await;
         for relay in c.relays.drain(..) {
