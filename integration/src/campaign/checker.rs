@@ -558,17 +558,20 @@ pub const ANCHOR_PREFIXES: [&str; 3] = ["go", "curator", "clientgo"];
 pub const CARELESS_PREFIX: &str = "careless";
 
 pub fn is_careless(client: &str) -> bool {
-    client
-        .strip_prefix(CARELESS_PREFIX)
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    numbered(client, CARELESS_PREFIX)
 }
 
 pub fn is_anchor(client: &str) -> bool {
-    ANCHOR_PREFIXES.iter().any(|prefix| {
-        client
-            .strip_prefix(prefix)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    })
+    ANCHOR_PREFIXES
+        .iter()
+        .any(|prefix| numbered(client, prefix))
+}
+
+/// `client` is `prefix` followed by a client number, and nothing else.
+fn numbered(client: &str, prefix: &str) -> bool {
+    client
+        .strip_prefix(prefix)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether `fault` excuses `client` for not noticing, during the hold from
