@@ -102,25 +102,40 @@ pub struct LeaseTracker {
 
 #[derive(Debug)]
 struct Inner {
-    /// Only ever moves later, so [`LeaseTracker::lost`] re-reads it when
-    /// its sleep ends rather than being woken by each renewal (a wake-up
-    /// per grant per renewal made a session's renewals cost O(grants)
-    /// timer work).
-    deadline: Mutex<Instant>,
-    /// Send time of the latest confirmed renewal (or of the grant).
-    renewed_at: Mutex<Instant>,
+    /// Shared by a [`LeaseGroup`]'s lease and every grant it tracks, so
+    /// that one renewal of the session moves every grant's deadline at
+    /// once (O(1), not O(grants)). The deadline only ever moves later, so
+    /// [`LeaseTracker::lost`] re-reads it when its sleep ends rather than
+    /// being woken by each renewal.
+    clock: Arc<Mutex<Clock>>,
     lost: CancellationToken,
     reason: Mutex<Option<LossReason>>,
+}
+
+/// A lease's local deadline and the send time of its latest confirmed
+/// renewal (or of the grant), under one lock: a renewal checks the old
+/// deadline and sets the new one atomically, so nobody can see a lease
+/// expire and then live again.
+#[derive(Debug)]
+struct Clock {
+    deadline: Instant,
+    renewed_at: Instant,
 }
 
 impl LeaseTracker {
     /// A tracker for a lease granted by a request sent at `sent_at`.
     #[must_use]
     pub fn new(sent_at: Instant, ttl: Duration) -> Self {
+        Self::on_clock(Arc::new(Mutex::new(Clock {
+            deadline: local_deadline(sent_at, ttl),
+            renewed_at: sent_at,
+        })))
+    }
+
+    fn on_clock(clock: Arc<Mutex<Clock>>) -> Self {
         LeaseTracker {
             inner: Arc::new(Inner {
-                deadline: Mutex::new(local_deadline(sent_at, ttl)),
-                renewed_at: Mutex::new(sent_at),
+                clock,
                 lost: CancellationToken::new(),
                 reason: Mutex::new(None),
             }),
@@ -130,22 +145,26 @@ impl LeaseTracker {
     /// Records a successful renewal whose request was sent at `sent_at`.
     /// Returns false (and marks the grant lost) when the old deadline had
     /// already passed: the holder may have acted as a non-holder meanwhile.
+    ///
+    /// A tracker from [`LeaseGroup::track`] shares the group's deadline:
+    /// renew the group, not its grants.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
-        if !self.is_live() {
+        let live = {
+            let mut clock = lock(&self.inner.clock);
+            let live = !self.inner.lost.is_cancelled() && Instant::now() < clock.deadline;
+            if live {
+                clock.renewed_at = clock.renewed_at.max(sent_at);
+                clock.deadline = clock.deadline.max(local_deadline(sent_at, ttl));
+            }
+            live
+        };
+        if !live {
             self.mark_lost(
                 LossReason::ExpiredLocally,
                 "local deadline passed before the renewal was confirmed",
             );
-            return false;
         }
-        {
-            let mut last = lock(&self.inner.renewed_at);
-            *last = (*last).max(sent_at);
-        }
-        let next = local_deadline(sent_at, ttl);
-        let mut deadline = lock(&self.inner.deadline);
-        *deadline = (*deadline).max(next);
-        true
+        live
     }
 
     /// Marks the grant lost for good. The first reason given is kept;
@@ -165,13 +184,13 @@ impl LeaseTracker {
     /// itself) was sent: the lease is known to have been valid since then.
     #[must_use]
     pub fn last_renewal(&self) -> Instant {
-        *lock(&self.inner.renewed_at)
+        lock(&self.inner.clock).renewed_at
     }
 
     /// The current local deadline.
     #[must_use]
     pub fn deadline(&self) -> Instant {
-        *lock(&self.inner.deadline)
+        lock(&self.inner.clock).deadline
     }
 
     /// True until loss was reported or the local deadline passed.
@@ -264,14 +283,21 @@ impl LeaseView {
 
 /// One coordinator lease (an etcd lease, a ZooKeeper session) shared by
 /// several grants. The backend's renewal loop reports renewals and loss
-/// here once; each grant gets its own [`LeaseTracker`] that follows the
-/// shared lease but can also be lost on its own (its key deleted).
+/// here once; each grant gets its own [`LeaseTracker`] that shares the
+/// lease's deadline but can also be lost on its own (its key deleted).
 #[derive(Debug)]
 pub struct LeaseGroup {
     lease: LeaseTracker,
-    ttl: Mutex<Duration>,
-    renewed_at: Mutex<Instant>,
-    grants: Mutex<Vec<LeaseTracker>>,
+    /// The grants to mark lost with the lease. Released grants are marked
+    /// lost, and pruned once the list has doubled since the last pruning,
+    /// so it stays within twice the grants held, at O(1) amortized cost.
+    grants: Mutex<Grants>,
+}
+
+#[derive(Debug, Default)]
+struct Grants {
+    list: Vec<LeaseTracker>,
+    prune_at: usize,
 }
 
 impl LeaseGroup {
@@ -280,9 +306,7 @@ impl LeaseGroup {
     pub fn new(sent_at: Instant, ttl: Duration) -> Self {
         LeaseGroup {
             lease: LeaseTracker::new(sent_at, ttl),
-            ttl: Mutex::new(ttl),
-            renewed_at: Mutex::new(sent_at),
-            grants: Mutex::new(Vec::new()),
+            grants: Mutex::new(Grants::default()),
         }
     }
 
@@ -292,11 +316,11 @@ impl LeaseGroup {
         &self.lease
     }
 
-    /// A tracker for a new grant on this lease, with the lease's current
-    /// deadline; renewed and lost together with it from now on.
+    /// A tracker for a new grant on this lease, sharing its deadline:
+    /// renewed and lost together with it from now on.
     #[must_use]
     pub fn track(&self) -> LeaseTracker {
-        let tracker = LeaseTracker::new(*lock(&self.renewed_at), *lock(&self.ttl));
+        let tracker = LeaseTracker::on_clock(self.lease.inner.clock.clone());
         // Checked and pushed under the list's lock: a `lose` that marks the
         // lease after this check drains the list after this push, so the
         // new grant is lost either way.
@@ -308,34 +332,32 @@ impl LeaseGroup {
                 "tracked after its lease was lost",
             );
         }
-        grants.push(tracker.clone());
+        if grants.list.len() >= grants.prune_at {
+            grants.list.retain(|g| !g.inner.lost.is_cancelled());
+            grants.prune_at = (2 * grants.list.len()).max(64);
+        }
+        grants.list.push(tracker.clone());
         tracker
     }
 
-    /// Records a renewal sent at `sent_at` for `ttl`, for the lease and
-    /// every live grant. False (and everything lost) when it came too late.
+    /// Records a renewal sent at `sent_at` for `ttl`, for the lease and so
+    /// for every grant on it. False (and everything lost) when it came too
+    /// late.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
-        if !self.lease.renewed(sent_at, ttl) {
-            self.lose(
-                LossReason::ExpiredLocally,
-                "lease deadline passed before a renewal was confirmed",
-            );
-            return false;
+        if self.lease.renewed(sent_at, ttl) {
+            return true;
         }
-        *lock(&self.renewed_at) = sent_at;
-        *lock(&self.ttl) = ttl;
-        let mut grants = lock(&self.grants);
-        grants.retain(LeaseTracker::is_live);
-        for g in grants.iter() {
-            g.renewed(sent_at, ttl);
-        }
-        true
+        self.lose(
+            LossReason::ExpiredLocally,
+            "lease deadline passed before a renewal was confirmed",
+        );
+        false
     }
 
     /// Marks the lease and every grant on it lost.
     pub fn lose(&self, reason: LossReason, detail: &str) {
         self.lease.mark_lost(reason, detail);
-        for g in lock(&self.grants).drain(..) {
+        for g in lock(&self.grants).list.drain(..) {
             g.mark_lost(reason, detail);
         }
     }
@@ -431,6 +453,35 @@ mod tests {
             !a.is_live() && !group.track().is_live(),
             "the lease's loss is everyone's"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grants_own_loss_outlives_the_groups_renewals() {
+        let ttl = Duration::from_secs(10);
+        let group = LeaseGroup::new(Instant::now(), ttl);
+        let (a, b) = (group.track(), group.track());
+        b.mark_lost(LossReason::DeletedAtServer, "key deleted");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(group.renewed(Instant::now(), ttl));
+        assert!(a.is_live() && !b.is_live());
+        assert_eq!(b.loss_reason(), Some(LossReason::DeletedAtServer));
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(a.is_live(), "the renewal moved the shared deadline");
+    }
+
+    /// A long-lived session acquires and releases without end: released
+    /// grants must not pile up in the group.
+    #[test]
+    fn released_grants_do_not_pile_up_in_the_group() {
+        let group = LeaseGroup::new(Instant::now(), Duration::from_secs(60));
+        let held: Vec<_> = (0..100).map(|_| group.track()).collect();
+        for _ in 0..10_000 {
+            group.track().mark_lost(LossReason::Released, "released");
+        }
+        let tracked = lock(&group.grants).list.len();
+        assert!(tracked <= 2 * held.len() + 1, "{tracked} trackers kept");
+        group.lose(LossReason::SessionExpired, "session expired");
+        assert!(held.iter().all(|g| !g.is_live()));
     }
 
     /// A grant tracked at the same moment the lease is lost must be lost
