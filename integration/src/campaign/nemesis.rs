@@ -196,8 +196,11 @@ pub struct Nemesis {
     longest: Duration,
     next_id: u64,
     /// A clock fault outlives its step (a restarted client needs time to
-    /// connect and hold on its odd clock): its id, client and end.
-    clock: Option<(u64, usize, Instant)>,
+    /// connect and hold on its odd clock): its id, client, and how much of
+    /// the schedule's time it has left. Counted in scheduled step time, not
+    /// on the clock, so that when it ends (and with it which faults the
+    /// next steps may draw) replays with the seed.
+    clock: Option<(u64, usize, Duration)>,
 }
 
 /// A hold older than this is a long one (short holds last at most 150 ms).
@@ -247,15 +250,21 @@ impl Nemesis {
             (self.rng.below(4) == 0).then(|| *self.rng.pick(faults))
         };
         let duration = self.rng.duration(Duration::from_millis(800), self.longest);
+        let cluster = *self.rng.pick(cluster_lane(self.kind));
+        let storage_at = duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0);
+        let gap = self
+            .rng
+            .duration(Duration::from_millis(300), Duration::from_millis(800));
+        if let Some((_, _, left)) = &mut self.clock {
+            *left = left.saturating_sub(duration + gap);
+        }
         Step {
-            cluster: *self.rng.pick(cluster_lane(self.kind)),
+            cluster,
             client,
             storage,
-            storage_at: duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0),
+            storage_at,
             duration,
-            gap: self
-                .rng
-                .duration(Duration::from_millis(300), Duration::from_millis(800)),
+            gap,
         }
     }
 
@@ -284,10 +293,7 @@ impl Nemesis {
     }
 
     pub async fn end(&mut self, world: &mut World, started: Started) -> Result<(), String> {
-        if self
-            .clock
-            .is_some_and(|(_, _, until)| Instant::now() >= until)
-        {
+        if self.clock.is_some_and(|(_, _, left)| left.is_zero()) {
             self.finish(world).await?;
         }
         for (id, undo) in started.0 {
@@ -297,7 +303,7 @@ impl Nemesis {
                 world.clients[c].jump_wall_clock(secs)?;
             }
             if let Undo::RealClock(c) | Undo::JumpThenRealClock(c, _) = undo {
-                self.clock = Some((id, c, Instant::now() + CLOCK_FAULT));
+                self.clock = Some((id, c, CLOCK_FAULT));
                 continue;
             }
             match undo {
@@ -344,8 +350,16 @@ impl Nemesis {
     /// The client to cut off or pause: mostly one in a long hold (held
     /// past the longest short hold, waiting up to 1.5 s for one to
     /// appear), the case that tests a lease; sometimes any.
+    ///
+    /// Both draws are made whatever happens next, so that the generator's
+    /// sequence, and with it the rest of the schedule, does not depend on
+    /// what the clients were doing: `--seed` replays every fault's kind,
+    /// length and order, and only the target of a "long hold" choice
+    /// depends on the run.
     async fn victim(&mut self, world: &World) -> usize {
-        if self.rng.below(4) != 0 {
+        let wait_for_long = self.rng.below(4) != 0;
+        let any = self.rng.below(self.clients);
+        if wait_for_long {
             let waited = Instant::now();
             while waited.elapsed() < Duration::from_millis(1500) {
                 let holders = world.recorder.holders();
@@ -358,7 +372,7 @@ impl Nemesis {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        self.rng.below(self.clients)
+        any
     }
 
     /// Starts one fault; returns its target's name and how to undo it.
@@ -407,6 +421,9 @@ impl Nemesis {
         let net = || world.network.as_ref().ok_or("no network");
         match fault {
             Fault::PartitionFollower | Fault::PartitionLeader => {
+                // Drawn whether used or not (see `victim`).
+                let follower = self.rng.below(members.saturating_sub(1).max(1));
+                let any = self.rng.below(members);
                 let victim = match (fault, leader) {
                     (Fault::PartitionLeader, Some(l)) => l,
                     // The follower the current holder talks to, if it is
@@ -414,9 +431,9 @@ impl Nemesis {
                     // keeps a lease alive that the leader has expired.
                     (_, Some(l)) => match world.recorder.holder_member(members) {
                         Some(m) if m != l => m,
-                        _ => (l + 1 + self.rng.below(members - 1)) % members,
+                        _ => (l + 1 + follower) % members,
                     },
-                    (_, None) => self.rng.below(members),
+                    (_, None) => any,
                 };
                 let others: Vec<_> = (0..all).filter(|&i| i != victim).collect();
                 let rest: Vec<_> = others.iter().map(|&i| &member_hosts[i]).collect();
@@ -437,7 +454,8 @@ impl Nemesis {
                 ))
             }
             Fault::KillLeader => {
-                let i = leader.unwrap_or_else(|| self.rng.below(members));
+                let any = self.rng.below(members);
+                let i = leader.unwrap_or(any);
                 cluster(world)?.members[i].kill();
                 Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
             }
