@@ -58,7 +58,8 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # a storage process (FencingLayer over a FileGate) that is killed and
 # paused, and (lock workload, etcd and ZooKeeper) through the cluster's
 # guarded write; with --postgres also to a PostgreSQL row through
-# FencedUpdate, the server crashed and paused too. The third client ignores
+# FencedUpdate and to a ledger row behind a FenceTable, the server crashed
+# and paused too. The third client ignores
 # its loss on purpose (careless3). With --anchor the fourth client is
 # another library on the same lock (Go's concurrency.Mutex, Curator),
 # whose late writes must be refused. client-go (kube --anchor) is left out

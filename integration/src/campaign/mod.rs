@@ -4,7 +4,7 @@
 //! through gates ([`client`]), a seeded nemesis that partitions, pauses and
 //! kills ([`nemesis`]), the storage process behind a `FileGate` that the
 //! clients write to ([`storage`]) and, optionally, a PostgreSQL server
-//! behind a fence column ([`pg_storage`]), the controller that records one history
+//! behind a fence column and a fence table ([`pg_storage`]), the controller that records one history
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
 //! self-contained HTML time line of the run ([`timeline`]).
 

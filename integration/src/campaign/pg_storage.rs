@@ -1,19 +1,21 @@
-//! The campaign's second storage: a PostgreSQL server that keeps one row
-//! per lock, written through a [`FencedUpdate`] (the fence column on the
-//! application's own row). The controller sends each client's storage
-//! write here too, on a connection of that client's own, so the server's
-//! fence column judges the same tokens as the file storage's gate. The
-//! nemesis crashes the server (SIGKILL of every server process, then crash
-//! recovery) and pauses it (SIGSTOP), so the fence must survive both and a
-//! statement that was stuck in a paused server must still be judged by the
-//! fence it finds when it runs.
+//! The campaign's second storage: a PostgreSQL server with two gates, each
+//! keeping one row per lock. [`GATE`] writes through a [`FencedUpdate`]
+//! (the fence column on the application's own row); [`TABLE_GATE`] admits
+//! the token in a [`FenceTable`] and updates a ledger row in the same
+//! transaction. The controller sends each client's storage write to both,
+//! each on a connection of that client's own, so the server judges the same
+//! tokens as the file storage's gate. The nemesis crashes the server
+//! (SIGKILL of every server process, then crash recovery) and pauses it
+//! (SIGSTOP), so the fences must survive both and a statement that was
+//! stuck in a paused server must still be judged by the fence it finds when
+//! it runs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::{Error, FencingToken};
-use fencing_postgres::{FencedUpdate, PreparedUpdate};
+use fencing::{Error, FencingToken, ResourceName};
+use fencing_postgres::{pg_error, FenceTable, FencedUpdate, PreparedUpdate};
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -22,15 +24,22 @@ use tokio_postgres::NoTls;
 use super::history::WriteOutcome;
 use crate::postgres::server::PgServer;
 
-/// The gate name of its writes in the history.
+/// The gate name of the fence column's writes in the history.
 pub const GATE: &str = "postgres";
+/// The gate name of the fence table's writes in the history.
+pub const TABLE_GATE: &str = "postgres-table";
 const TABLE: &str = "campaign_registers";
+/// The fence table's marks and the rows they guard.
+const MARKS: &str = "campaign_marks";
+const LEDGER: &str = "campaign_ledger";
 /// Like the file storage's answer limit: the client hears "unknown" first.
 const WRITE_LIMIT: Duration = Duration::from_millis(1500);
 
-/// One client's connection and its prepared update.
+/// One client's connection to one gate, and the fence column's prepared
+/// update. The lock lets the fence table's writes open a transaction; a
+/// client writes once at a time, so nobody waits on it.
 struct Conn {
-    client: tokio_postgres::Client,
+    client: Mutex<tokio_postgres::Client>,
     update: PreparedUpdate,
     task: JoinHandle<()>,
 }
@@ -45,7 +54,9 @@ impl Drop for Conn {
 pub struct PgStore {
     server: Mutex<PgServer>,
     config: String,
-    conns: Mutex<HashMap<String, Arc<Conn>>>,
+    marks: FenceTable,
+    /// Keyed by (client, gate name).
+    conns: Mutex<HashMap<(String, &'static str), Arc<Conn>>>,
 }
 
 impl PgStore {
@@ -55,27 +66,37 @@ impl PgStore {
         let admin = server.client().await.map_err(|e| e.to_string())?;
         let create = format!(
             "CREATE TABLE {TABLE} (resource TEXT PRIMARY KEY, value BIGINT NOT NULL, \
-             fence BIGINT NOT NULL DEFAULT 0)"
+             fence BIGINT NOT NULL DEFAULT 0); \
+             CREATE TABLE {LEDGER} (resource TEXT PRIMARY KEY, value BIGINT NOT NULL, \
+             token BIGINT NOT NULL)"
         );
         admin
             .batch_execute(&create)
             .await
             .map_err(|e| e.to_string())?;
+        let marks = FenceTable::new(MARKS).map_err(|e| e.to_string())?;
+        marks.create(&admin).await.map_err(|e| e.to_string())?;
         for lock in locks {
-            let insert = format!("INSERT INTO {TABLE} (resource, value) VALUES ($1, 0)");
-            admin
-                .execute(&insert, &[lock])
-                .await
-                .map_err(|e| e.to_string())?;
+            for insert in [
+                format!("INSERT INTO {TABLE} (resource, value) VALUES ($1, 0)"),
+                format!("INSERT INTO {LEDGER} (resource, value, token) VALUES ($1, 0, 0)"),
+            ] {
+                admin
+                    .execute(&insert, &[lock])
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
         }
         Ok(PgStore {
             config: server.connection_string(),
+            marks,
             server: Mutex::new(server),
             conns: Mutex::new(HashMap::new()),
         })
     }
 
-    /// `client`'s write of `value` with `token` to the row of `resource`.
+    /// `client`'s write of `value` with `token` to the row of `resource`,
+    /// through the fence column.
     pub async fn write(
         &self,
         client: &str,
@@ -84,44 +105,95 @@ impl PgStore {
         value: u64,
     ) -> WriteOutcome {
         let attempt = async {
-            let conn = self.conn(client).await?;
+            let conn = self.conn(client, GATE).await?;
             let value = i64::try_from(value).map_err(|e| Error::Config(e.to_string()))?;
-            let token = FencingToken::new(token);
-            conn.update
-                .execute(&conn.client, &resource, &[&value], token)
-                .await
+            let pg = conn.client.lock().await;
+            match conn
+                .update
+                .execute(&*pg, &resource, &[&value], FencingToken::new(token))
+                .await?
+            {
+                1 => Ok(()),
+                rows => Err(Error::backend("postgres", format!("{rows} rows updated"))),
+            }
         };
+        self.judge(client, GATE, token, attempt).await
+    }
+
+    /// The same write through the fence table: the token's admit and the
+    /// ledger row's update are one transaction.
+    pub async fn write_table(
+        &self,
+        client: &str,
+        resource: &str,
+        token: u64,
+        value: u64,
+    ) -> WriteOutcome {
+        let attempt = async {
+            let conn = self.conn(client, TABLE_GATE).await?;
+            let name = ResourceName::new(resource)?;
+            let value = i64::try_from(value).map_err(|e| Error::Config(e.to_string()))?;
+            let mut pg = conn.client.lock().await;
+            let tx = pg.transaction().await.map_err(pg_error)?;
+            self.marks
+                .admit(&tx, &name, FencingToken::new(token))
+                .await?;
+            let update = format!("UPDATE {LEDGER} SET value = $2, token = $3 WHERE resource = $1");
+            let token = i64::try_from(token).map_err(|e| Error::Config(e.to_string()))?;
+            let rows = tx
+                .execute(&update, &[&resource, &value, &token])
+                .await
+                .map_err(pg_error)?;
+            if rows != 1 {
+                return Err(Error::backend(
+                    "postgres",
+                    format!("{rows} ledger rows updated"),
+                ));
+            }
+            tx.commit().await.map_err(pg_error)
+        };
+        self.judge(client, TABLE_GATE, token, attempt).await
+    }
+
+    /// The outcome of one bounded write attempt to `gate`.
+    async fn judge(
+        &self,
+        client: &str,
+        gate: &'static str,
+        token: u64,
+        attempt: impl std::future::Future<Output = fencing::Result<()>>,
+    ) -> WriteOutcome {
         match tokio::time::timeout(WRITE_LIMIT, attempt).await {
-            Ok(Ok(1)) => return WriteOutcome::Accepted,
+            Ok(Ok(())) => return WriteOutcome::Accepted,
             Ok(Err(Error::Stale { .. })) => return WriteOutcome::Refused,
-            Ok(Ok(rows)) => eprintln!("postgres: write of token {token}: {rows} rows"),
-            Ok(Err(e)) => eprintln!("postgres: write of token {token}: {e}"),
+            Ok(Err(e)) => eprintln!("{gate}: write of token {token}: {e}"),
             Err(_) => {}
         }
         // The statement may still run later; a new connection keeps the
         // client's next write from queueing behind it.
-        self.conns.lock().await.remove(client);
+        self.conns.lock().await.remove(&(client.to_owned(), gate));
         WriteOutcome::Unknown
     }
 
-    async fn conn(&self, client: &str) -> fencing::Result<Arc<Conn>> {
+    async fn conn(&self, client: &str, gate: &'static str) -> fencing::Result<Arc<Conn>> {
+        let key = (client.to_owned(), gate);
         let mut conns = self.conns.lock().await;
-        if let Some(conn) = conns.get(client) {
+        if let Some(conn) = conns.get(&key) {
             return Ok(conn.clone());
         }
         let (pg, connection) = tokio_postgres::connect(&self.config, NoTls)
             .await
-            .map_err(fencing_postgres::pg_error)?;
+            .map_err(pg_error)?;
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
         let update = FencedUpdate::new(TABLE, "resource", "fence", &["value"])?;
         let conn = Arc::new(Conn {
             update: update.prepare(&pg).await?,
-            client: pg,
+            client: Mutex::new(pg),
             task,
         });
-        conns.insert(client.to_owned(), conn.clone());
+        conns.insert(key, conn.clone());
         Ok(conn)
     }
 
@@ -152,19 +224,27 @@ impl PgStore {
         }
     }
 
-    /// The fence of every row after the run: the highest token the server
-    /// ever accepted there, if it kept its commits.
-    pub async fn fences(&self) -> Result<BTreeMap<String, u64>, String> {
+    /// Per (gate, resource) after the run: the fence column's fence, and
+    /// for the fence table the lower of the ledger row's token and its
+    /// mark: a write the table acknowledged must have reached both (the
+    /// admit and the update are one transaction), and each is the highest
+    /// token the server accepted there if it kept its commits.
+    pub async fn fences(&self) -> Result<BTreeMap<(String, String), u64>, String> {
         self.conns.lock().await.clear();
         let server = self.server.lock().await;
         let admin = server.client().await.map_err(|e| e.to_string())?;
-        let rows = admin
-            .query(&format!("SELECT resource, fence FROM {TABLE}"), &[])
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1).max(0) as u64))
-            .collect())
+        let query = format!(
+            "SELECT r.resource, r.fence, l.token, COALESCE(m.mark, 0) FROM {TABLE} r \
+             JOIN {LEDGER} l USING (resource) LEFT JOIN {MARKS} m USING (resource)"
+        );
+        let rows = admin.query(&query, &[]).await.map_err(|e| e.to_string())?;
+        let mut fences = BTreeMap::new();
+        for row in rows {
+            let resource: String = row.get(0);
+            let [fence, token, mark] = [1, 2, 3].map(|i| row.get::<_, i64>(i).max(0) as u64);
+            fences.insert((GATE.to_owned(), resource.clone()), fence);
+            fences.insert((TABLE_GATE.to_owned(), resource), token.min(mark));
+        }
+        Ok(fences)
     }
 }

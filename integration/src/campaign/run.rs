@@ -653,7 +653,13 @@ async fn store(
             recorder.record(&client, write(pg_storage::GATE, outcome));
         }
     };
-    let (outcome, ()) = tokio::join!(file, pg);
+    let pg_table = async {
+        if let Some(pg) = &postgres {
+            let outcome = pg.write_table(&client, &resource, token, value).await;
+            recorder.record(&client, write(pg_storage::TABLE_GATE, outcome));
+        }
+    };
+    let (outcome, (), ()) = tokio::join!(file, pg, pg_table);
     let accepted = outcome == WriteOutcome::Accepted;
     answer(&stdin, &Reply { id, accepted }).await;
 }
@@ -676,11 +682,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let leftover = finish(&mut world).await;
     let mut stored = world.storage.finish().await;
     if let (Ok(stored), Some(pg)) = (&mut stored, &world.postgres) {
-        for (resource, fence) in pg.fences().await? {
-            stored
-                .marks
-                .insert((pg_storage::GATE.to_owned(), resource), fence);
-        }
+        stored.marks.extend(pg.fences().await?);
     }
     result?;
     let events = recorder.events();
