@@ -51,18 +51,23 @@ if part cycles; then
 fi
 
 # 2. Many locks held from one source (1, 16 and 256 acquires in flight),
-#    beside Go with one session; idle CPU of the renewals while they are held.
+#    beside the anchor with one session (Go on etcd, Curator on ZooKeeper);
+#    idle CPU of the renewals while they are held.
 if part held; then
-    bench etcd-held "$bin/held-bench" --sizes 1,10,100,1000,10000 --csv "$out/etcd-held.csv"
-    plot --csv "$out/etcd-held.csv" --x n --y grants_per_s --series series --log-x \
-        --title "etcd: acquire throughput with N locks held (side, acquires in flight)" \
-        --x-label "locks held at once" --y-label "grants/s" --out "$out/etcd-held-throughput.svg"
-    plot --csv "$out/etcd-held.csv" --x n --y kb_per_grant --series series --log-x \
-        --title "etcd: resident memory per held grant" \
-        --x-label "locks held at once" --y-label "KiB per grant" --out "$out/etcd-held-memory.svg"
-    plot --csv "$out/etcd-held.csv" --x n --y idle_cpu_ms_per_s --series side --log-x \
-        --title "etcd: client CPU while N locks are held (renewals only)" \
-        --x-label "locks held at once" --y-label "CPU ms per second" --out "$out/etcd-held-idle-cpu.svg"
+    for backend in etcd zk; do
+        name=$backend; [ "$backend" = zk ] && name=ZooKeeper
+        csv="$out/$backend-held.csv"
+        bench "$backend-held" "$bin/held-bench" --backend "$backend" --sizes 1,10,100,1000,10000 --csv "$csv"
+        plot --csv "$csv" --x n --y grants_per_s --series series --log-x \
+            --title "$name: acquire throughput with N locks held (side, acquires in flight)" \
+            --x-label "locks held at once" --y-label "grants/s" --out "$out/$backend-held-throughput.svg"
+        plot --csv "$csv" --x n --y kb_per_grant --series series --log-x \
+            --title "$name: resident memory per held grant" \
+            --x-label "locks held at once" --y-label "KiB per grant" --out "$out/$backend-held-memory.svg"
+        plot --csv "$csv" --x n --y idle_cpu_ms_per_s --series side --log-x \
+            --title "$name: client CPU while N locks are held (renewals only)" \
+            --x-label "locks held at once" --y-label "CPU ms per second" --out "$out/$backend-held-idle-cpu.svg"
+    done
 fi
 
 # 3. Hand-over down a queue of 1..256 waiters on one lock, each backend

@@ -1,39 +1,46 @@
-//! held-bench: many locks held at once from one etcd source, beside Go's
-//! `concurrency.Mutex` with one session (`etcd-mutex held`), on the same
-//! real 3-member etcd 3.6 cluster.
+//! held-bench: many locks held at once from one source, beside the anchor
+//! with one session, on the same real 3-member cluster: `--backend etcd`
+//! (etcd 3.6, Go's `concurrency.Mutex`, `etcd-mutex held`) or `--backend
+//! zk` (ZooKeeper 3.9, N of Curator's `InterProcessMutex` on one
+//! CuratorFramework, `curator-mutex.jar held`).
 //!
-//! Usage: held-bench [--sizes 10,100,1000,10000] [--in-flight 1,16,256]
-//! [--idle-secs 10] [--csv FILE]
+//! Usage: held-bench [--backend etcd|zk] [--sizes 10,100,1000,10000]
+//! [--in-flight 1,16,256] [--idle-secs 10] [--csv FILE]
 //!
 //! Each side runs in a process of its own, started afresh for every point,
-//! so memory and CPU time are that side's alone: Go is `etcd-mutex held`,
-//! Rust is this binary re-run as `held-bench child` (one `EtcdSource`); both
-//! speak the same event lines. Both use one lease with a 10 s TTL, renewed
-//! every TTL/3 (our session loop every 3.33 s; Go's lessor once 3.33 s have
-//! passed, checked every 500 ms). For each N and each in-flight count F,
+//! so memory and CPU time are that side's alone: the anchor's `held`
+//! subcommand, and this binary re-run as `held-bench child` (one
+//! `EtcdSource` or `ZkSource`); both speak the same event lines. On etcd
+//! both use one lease with a 10 s TTL, renewed every TTL/3 (our session
+//! loop every 3.33 s; Go's lessor once 3.33 s have passed, checked every
+//! 500 ms); on ZooKeeper one session with a 10 s timeout (Curator's client
+//! pings after a third of it without traffic; we also heartbeat every
+//! third). Curator first takes and releases 500 locks unreported, so that
+//! the JIT has compiled its paths. For each N and each in-flight count F,
 //! each side takes N distinct locks, F acquires at a time, and reports:
 //!
 //! - grants/s over the acquires;
 //! - CPU per grant over the acquires: the side's own process
-//!   (`cli us/g`) and the three members' (`etcd us/g`, from
+//!   (`cli us/g`) and the three members' (`srv us/g`, from
 //!   /proc/PID/stat at 10 ms resolution, from the side's "connected" to its
 //!   "held", so on our side with the 300 ms in which the last own-key
 //!   watches start); `cores` is their sum times grants/s, how many of the
 //!   host's CPUs the point kept busy ("-" when the members' share is under
 //!   200 ms, too few ticks to tell);
 //! - resident memory per held grant (RSS growth over the acquires / N; the
-//!   Rust child weighs it 300 ms after the last grant, once the own-key
+//!   Rust child weighs it 300 ms after the last grant, once etcd's own-key
 //!   watches, which start 100 ms after a grant, are all in place);
-//! - the watch streams and watchers the members count while they are held;
+//! - what the servers keep while they are held: etcd's watch streams and
+//!   watchers, ZooKeeper's client connections and watches;
 //! - once per N and side, while the locks of the last F are held and
 //!   nothing else runs, the process's CPU time over an idle window of
-//!   `--idle-secs` (getrusage in Go, CLOCK_PROCESS_CPUTIME_ID here) as CPU
-//!   ms per wall second, the members' CPU ms/s meanwhile (about 50 ms/s
-//!   with 10 idle locks: raft heartbeats and housekeeping), and the
-//!   LeaseKeepAlive messages the members received meanwhile
-//!   (`grpc_server_msg_received_total`: 2 or 3 in 10 s per side, one lease
-//!   each). Our figure includes the idle tokio runtime and watch stream,
-//!   Go's its runtime's background work;
+//!   `--idle-secs` (getrusage in Go, the JVM's process CPU time in Java,
+//!   both at 10 ms resolution; CLOCK_PROCESS_CPUTIME_ID here) as CPU ms per
+//!   wall second, the members' CPU ms/s meanwhile, and the requests that
+//!   kept the session alive meanwhile (etcd: LeaseKeepAlive messages,
+//!   `grpc_server_msg_received_total`, 2 or 3 in 10 s per side; ZooKeeper:
+//!   every packet, `zk_packets_received`). Our figure includes the idle
+//!   tokio runtime, the anchors' their runtime's background work;
 //!
 //! then it releases them all, 64 at a time. The Rust side runs the largest N
 //! at the last F three times on one source: memory after the third release
@@ -43,42 +50,49 @@
 //! series ("side F", for one curve per side and F), grants_per_s,
 //! kb_per_grant, streams, watchers, host_busy_pct (the whole host's, other
 //! load included, from /proc/stat: coarse under 1 s), client_cpu_us_per_grant,
-//! etcd_cpu_us_per_grant, idle_cpu_ms_per_s, idle_etcd_cpu_ms_per_s,
+//! server_cpu_us_per_grant, idle_cpu_ms_per_s, idle_server_cpu_ms_per_s,
 //! idle_keepalives; the idle figures, measured once per N and side, are
 //! repeated on each of that N's rows.
 //!
-//! Limits, on the 2-core host the members and both sides share: with one
-//! acquire in flight every grant waits for its own raft commit, and the
-//! members spend 1.7-2.4 ms of CPU on each (WAL writes and fsyncs on three
-//! members, raft messages, gRPC): both sides make 270-820 grants/s, the
-//! same within run-to-run noise, whatever N is. With 16 and 256 in flight
-//! raft batches, the members' CPU per grant falls to 170-700 us, and the
-//! members plus the client (60-200 us per grant) keep the host's CPUs busy
-//! (`cores` 1.3-2.1; other sessions' work took the rest): the host's CPU
-//! is the limit, at 2,800-7,700 grants/s with 256 in flight. Our idle CPU
-//! grows with N (0.3 ms/s at 100 locks, 3.2-4.0 ms/s at 10,000; Go 0.6-1.2
-//! ms/s): every renewal of the session also renews each grant's tracker
-//! (`LeaseGroup::renewed` in fencing-core), about 1 us per held grant every
-//! 3.33 s; Go's Mutex keeps no per-lock state. The members' idle CPU is the
-//! same for both sides and every N (45-75 ms/s, as with 10 locks held): N
-//! idle watchers cost them nothing measurable.
+//! Limits on etcd, on the 2-core host the members and both sides share:
+//! with one acquire in flight every grant waits for its own raft commit,
+//! and the members spend 1.7-2.4 ms of CPU on each (WAL writes and fsyncs
+//! on three members, raft messages, gRPC): both sides make 270-820
+//! grants/s, the same within run-to-run noise, whatever N is. With 16 and
+//! 256 in flight raft batches, the members' CPU per grant falls to 170-700
+//! us, and the members plus the client (60-200 us per grant) keep the
+//! host's CPUs busy (`cores` 1.3-2.1; other sessions' work took the rest):
+//! the host's CPU is the limit, at 2,800-7,700 grants/s with 256 in
+//! flight. Idle CPU is flat in N on both sides (ours 0.35-0.51 ms/s, Go
+//! 1.26-1.80 ms/s from 10 to 10,000 locks): a renewal moves one deadline
+//! that every grant of the session shares (`LeaseGroup` in fencing-core).
+//! The members' idle CPU is the same for both sides and every N (45-75
+//! ms/s, as with 10 locks held): N idle watchers cost them nothing
+//! measurable.
+
+// A crate root's modules would live beside it in src/bin/, shared by every
+// binary there; these are held-bench's own.
+#[path = "held_bench/child.rs"]
+mod child;
+#[path = "held_bench/cluster.rs"]
+mod cluster;
+#[path = "held_bench/measure.rs"]
+mod measure;
 
 use std::io::Write as _;
 use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource as _, ResourceName};
-use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_integration::bench::{main_with, next_event, BoxError};
-use fencing_integration::cache::cached_bin;
-use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::process::die_with_parent;
-use fencing_integration::scenarios;
 use rustix::process::Signal;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+
+use child::{child, emit, ChildArgs};
+use cluster::{Backend, Cluster};
+use measure::Members;
 
 /// Both sides' lease TTL: short, so that an idle window sees several
 /// renewals (every TTL/3).
@@ -93,9 +107,14 @@ const OP_LIMIT: Duration = Duration::from_secs(10);
 /// The first argument that makes this binary the Rust side's child.
 const CHILD: &str = "child";
 
-/// N locks held at once from one source, against Go with one session.
+/// N locks held at once from one source, against the anchor with one
+/// session.
 #[derive(clap::Parser)]
 struct Args {
+    /// The cluster, and so the anchor: Go's Mutex on etcd, Curator's
+    /// InterProcessMutex on ZooKeeper.
+    #[arg(long, value_enum, default_value = "etcd")]
+    backend: Backend,
     /// The numbers of locks held at once, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
     sizes: Vec<NonZeroUsize>,
@@ -111,23 +130,6 @@ struct Args {
     csv: Option<std::path::PathBuf>,
 }
 
-/// The Rust side of one point, run as `held-bench child ...`; it speaks the
-/// protocol of `etcd-mutex held` on stdin and stdout.
-#[derive(clap::Parser)]
-struct ChildArgs {
-    #[arg(long)]
-    endpoints: String,
-    #[arg(long)]
-    prefix: String,
-    #[arg(long)]
-    count: NonZeroUsize,
-    #[arg(long = "in-flight")]
-    in_flight: NonZeroUsize,
-    /// Take, hold and release the locks this many times on one source.
-    #[arg(long, default_value = "1")]
-    cycles: NonZeroUsize,
-}
-
 /// What one side measured for one N and in-flight count.
 struct Figures {
     grants_per_s: f64,
@@ -138,7 +140,7 @@ struct Figures {
     /// The side's own CPU time over the acquires, per grant.
     client_us_per_grant: f64,
     /// The three members' CPU time over the acquires, per grant.
-    etcd_us_per_grant: f64,
+    server_us_per_grant: f64,
     rss_after_kb: f64,
 }
 
@@ -147,20 +149,20 @@ struct Figures {
 struct Idle {
     cpu_ms_per_s: f64,
     /// The three members' CPU over the same window.
-    etcd_ms_per_s: f64,
+    server_ms_per_s: f64,
     keepalives: f64,
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Side {
-    Go,
+    Anchor,
     Rust,
 }
 
 impl Side {
-    fn name(self) -> &'static str {
+    fn name(self, cluster: &Cluster) -> &'static str {
         match self {
-            Side::Go => "go",
+            Side::Anchor => cluster.anchor_name(),
             Side::Rust => "rust",
         }
     }
@@ -183,28 +185,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let go = cached_bin("etcd-mutex");
-    if !go.exists() {
-        return Err(format!(
-            "{} missing: run scripts/install/go-interop.sh",
-            go.display()
-        )
-        .into());
-    }
-    let programs = Programs {
-        go,
-        rust: std::env::current_exe()?,
-    };
+    let rust = std::env::current_exe()?;
     let idle = Duration::from_secs(args.idle_secs.get() as u64);
     let in_flights: Vec<usize> = args.in_flight.iter().map(|f| f.get()).collect();
     let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
     let largest = *sizes.iter().max().unwrap_or(&0);
     let last_f = *in_flights.last().unwrap_or(&1);
-    let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
-    let members = Members::find(&cluster)?;
+    let cluster = Cluster::start(args.backend).await?;
+    let members = Members::find(cluster.dir(), cluster.member_count())?;
     println!(
-        "held-bench: etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex (one session each), \
-         TTL {TTL_SECS} s (renewed every TTL/3), idle window {} s at {last_f} in flight",
+        "held-bench: {}, idle window {} s at {last_f} in flight",
+        cluster.describe(),
         idle.as_secs()
     );
     println!(
@@ -217,9 +208,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "str/watch",
         "cores",
         "cli us/g",
-        "etcd us/g",
+        "srv us/g",
         "idle ms/s",
-        "etcd ms/s",
+        "srv ms/s",
         "keepal",
         "RSS after"
     );
@@ -228,8 +219,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
         writeln!(
             f,
             "n,in_flight,side,series,grants_per_s,kb_per_grant,streams,watchers,\
-             host_busy_pct,client_cpu_us_per_grant,etcd_cpu_us_per_grant,\
-             idle_cpu_ms_per_s,idle_etcd_cpu_ms_per_s,idle_keepalives"
+             host_busy_pct,client_cpu_us_per_grant,server_cpu_us_per_grant,\
+             idle_cpu_ms_per_s,idle_server_cpu_ms_per_s,idle_keepalives"
         )?;
     }
     for &n in &sizes {
@@ -238,7 +229,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         for &f in &in_flights {
             let measure_idle = (f == last_f).then_some(idle);
             let mut pair = Vec::new();
-            for side in [Side::Go, Side::Rust] {
+            for side in [Side::Anchor, Side::Rust] {
                 let cycles = if side == Side::Rust && n == largest && f == last_f {
                     3
                 } else {
@@ -250,9 +241,8 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     cycles,
                     idle: measure_idle,
                 };
-                let (figs, idle_fig) =
-                    run_side(&programs, side, &cluster, &members, &point).await?;
-                print_row(n, f, side.name(), &figs[0], idle_fig.as_ref());
+                let (figs, idle_fig) = run_side(&rust, side, &cluster, &members, &point).await?;
+                print_row(n, f, side.name(&cluster), &figs[0], idle_fig.as_ref());
                 if let Some(i) = idle_fig {
                     idles.push((side, i));
                 }
@@ -271,28 +261,30 @@ async fn run(args: Args) -> Result<(), BoxError> {
                 let first = figs.into_iter().next().ok_or("no figures")?;
                 pair.push(first);
             }
-            let (rust, go_fig) = (&pair[1], &pair[0]);
+            let (ours, anchor) = (&pair[1], &pair[0]);
             println!(
-                "held-bench: N={n} F={f} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / go)",
-                rust.grants_per_s / go_fig.grants_per_s,
-                rust.kb_per_grant / go_fig.kb_per_grant.max(0.001),
+                "held-bench: N={n} F={f} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / {})",
+                ours.grants_per_s / anchor.grants_per_s,
+                ours.kb_per_grant / anchor.kb_per_grant.max(0.001),
+                cluster.anchor_name(),
             );
             let mut pair = pair.into_iter();
-            for side in [Side::Go, Side::Rust] {
+            for side in [Side::Anchor, Side::Rust] {
                 rows.push((f, side, pair.next().ok_or("missing side")?));
             }
         }
         let idle_of = |side: Side| idles.iter().find(|(s, _)| *s == side).map(|(_, i)| *i);
-        if let (Some(g), Some(r)) = (idle_of(Side::Go), idle_of(Side::Rust)) {
+        if let (Some(g), Some(r)) = (idle_of(Side::Anchor), idle_of(Side::Rust)) {
             println!(
-                "held-bench: N={n} idle CPU ms/s rust {:.2} go {:.2} (ratio {:.2}), etcd meanwhile {:.1} / {:.1}, keep-alives rust {} go {}",
+                "held-bench: N={n} idle CPU ms/s rust {:.2} {a} {:.2} (ratio {:.2}), servers meanwhile {:.1} / {:.1}, keep-alive requests rust {} {a} {}",
                 r.cpu_ms_per_s,
                 g.cpu_ms_per_s,
                 r.cpu_ms_per_s / g.cpu_ms_per_s.max(0.001),
-                r.etcd_ms_per_s,
-                g.etcd_ms_per_s,
+                r.server_ms_per_s,
+                g.server_ms_per_s,
                 r.keepalives,
-                g.keepalives
+                g.keepalives,
+                a = cluster.anchor_name(),
             );
         }
         if let Some(file) = csv.as_mut() {
@@ -307,11 +299,11 @@ async fn run(args: Args) -> Result<(), BoxError> {
                     fig.watchers,
                     fig.host_busy_pct,
                     fig.client_us_per_grant,
-                    fig.etcd_us_per_grant,
+                    fig.server_us_per_grant,
                     i.map_or(String::new(), |i| format!("{:.3}", i.cpu_ms_per_s)),
-                    i.map_or(String::new(), |i| format!("{:.2}", i.etcd_ms_per_s)),
+                    i.map_or(String::new(), |i| format!("{:.2}", i.server_ms_per_s)),
                     i.map_or(String::new(), |i| i.keepalives.to_string()),
-                    s = side.name(),
+                    s = side.name(&cluster),
                 )?;
             }
         }
@@ -323,14 +315,14 @@ fn print_row(n: usize, f: usize, side: &str, fig: &Figures, idle: Option<&Idle>)
     let (cpu, etcd, ka) = idle.map_or(("-".into(), "-".into(), "-".into()), |i| {
         (
             format!("{:.2}", i.cpu_ms_per_s),
-            format!("{:.1}", i.etcd_ms_per_s),
+            format!("{:.1}", i.server_ms_per_s),
             i.keepalives.to_string(),
         )
     });
     let watches = format!("{}/{}", fig.streams, fig.watchers);
     // Under 20 ticks of the members' CPU clock, a share says nothing.
-    let cores = if fig.etcd_us_per_grant * n as f64 >= 200_000.0 {
-        let used = (fig.client_us_per_grant + fig.etcd_us_per_grant) * fig.grants_per_s;
+    let cores = if fig.server_us_per_grant * n as f64 >= 200_000.0 {
+        let used = (fig.client_us_per_grant + fig.server_us_per_grant) * fig.grants_per_s;
         format!("{:.2}", used / 1e6)
     } else {
         "-".into()
@@ -340,14 +332,9 @@ fn print_row(n: usize, f: usize, side: &str, fig: &Figures, idle: Option<&Idle>)
         fig.grants_per_s,
         fig.kb_per_grant,
         fig.client_us_per_grant,
-        fig.etcd_us_per_grant,
+        fig.server_us_per_grant,
         fig.rss_after_kb
     );
-}
-
-struct Programs {
-    go: std::path::PathBuf,
-    rust: std::path::PathBuf,
 }
 
 /// One measurement: N locks, F in flight, how many take-hold-release
@@ -362,38 +349,36 @@ struct Point {
 /// Runs one side's child for one point: the figures of each cycle, and of
 /// the idle window (in the first cycle) if asked for.
 async fn run_side(
-    programs: &Programs,
+    rust: &std::path::Path,
     side: Side,
-    cluster: &EtcdCluster,
+    cluster: &Cluster,
     members: &Members,
     p: &Point,
 ) -> Result<(Vec<Figures>, Option<Idle>), BoxError> {
     let (n, f) = (p.n, p.in_flight);
+    let prefix = format!("/held-{}-{n}-{f}", side.name(cluster));
     let mut cmd = match side {
-        Side::Go => {
-            let mut c = std::process::Command::new(&programs.go);
-            c.arg("held")
-                .args(["--release-in-flight", &RELEASE_IN_FLIGHT.to_string()])
-                .args(["--ttl", &TTL_SECS.to_string()]);
-            c
-        }
+        Side::Anchor => cluster.anchor_command(&prefix, n, f),
         Side::Rust => {
-            let mut c = std::process::Command::new(&programs.rust);
-            c.arg(CHILD).args(["--cycles", &p.cycles.to_string()]);
+            let mut c = std::process::Command::new(rust);
+            let backend = match cluster.backend() {
+                Backend::Etcd => "etcd",
+                Backend::Zk => "zk",
+            };
+            c.arg(CHILD)
+                .args(["--backend", backend, "--cycles", &p.cycles.to_string()])
+                .args(["--endpoints", &cluster.endpoints(), "--prefix", &prefix])
+                .args(["--count", &n.to_string(), "--in-flight", &f.to_string()]);
             c
         }
     };
-    cmd.args(["--endpoints", &cluster.endpoints().join(",")])
-        .args(["--prefix", &format!("/held-{}-{n}-{f}", side.name())])
-        .args(["--count", &n.to_string(), "--in-flight", &f.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     die_with_parent(&mut cmd, Signal::KILL);
     let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .spawn()?;
     let program = match side {
-        Side::Go => "etcd-mutex held",
+        Side::Anchor => cluster.anchor_label(),
         Side::Rust => "held-bench child",
     };
     let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
@@ -407,19 +392,19 @@ async fn run_side(
     for cycle in 0..p.cycles {
         let held = next_event(&mut lines, program, "held", EVENT_LIMIT).await?;
         let etcd_us = members.cpu_us() - etcd_from;
-        let (streams, watchers) = watch_counts(cluster).await?;
+        let (streams, watchers) = cluster.watch_counts().await?;
         if let (0, Some(window)) = (cycle, p.idle) {
-            let ka_before = keepalives(cluster).await?;
+            let ka_before = cluster.keepalives().await?;
             let etcd_before = members.cpu_us();
             let before = cpu_sample(&mut stdin, &mut lines, program).await?;
             tokio::time::sleep(window).await;
             let after = cpu_sample(&mut stdin, &mut lines, program).await?;
             let etcd_after = members.cpu_us();
-            let ka_after = keepalives(cluster).await?;
+            let ka_after = cluster.keepalives().await?;
             let wall_s = (after.1 - before.1) / 1e6;
             idle = Some(Idle {
                 cpu_ms_per_s: (after.0 - before.0) / 1e3 / wall_s,
-                etcd_ms_per_s: (etcd_after - etcd_before) / 1e3 / wall_s,
+                server_ms_per_s: (etcd_after - etcd_before) / 1e3 / wall_s,
                 keepalives: ka_after - ka_before,
             });
         }
@@ -435,7 +420,7 @@ async fn run_side(
             watchers,
             host_busy_pct: number(&held, "host_busy_pct")?,
             client_us_per_grant: number(&held, "cpu_us_acquire")? / n as f64,
-            etcd_us_per_grant: etcd_us / n as f64,
+            server_us_per_grant: etcd_us / n as f64,
             rss_after_kb: number(&released, "rss_kb_after")?,
         });
     }
@@ -462,212 +447,4 @@ async fn cpu_sample<R: tokio::io::AsyncBufRead + Unpin>(
     stdin.write_all(b"cpu\n").await?;
     let cpu = next_event(lines, program, "cpu", OP_LIMIT).await?;
     Ok((number(&cpu, "cpu_us")?, number(&cpu, "wall_us")?))
-}
-
-async fn watch_counts(cluster: &EtcdCluster) -> Result<(f64, f64), BoxError> {
-    Ok((
-        cluster
-            .metric("etcd_debugging_mvcc_watch_stream_total")
-            .await?,
-        cluster.metric("etcd_debugging_mvcc_watcher_total").await?,
-    ))
-}
-
-/// LeaseKeepAlive messages the members have received so far.
-async fn keepalives(cluster: &EtcdCluster) -> Result<f64, BoxError> {
-    let by = cluster
-        .metric_by("grpc_server_msg_received_total", Some("grpc_method"))
-        .await?;
-    Ok(by.get("LeaseKeepAlive").copied().unwrap_or(0.0))
-}
-
-/// The Rust side: one source, `--count` locks `--in-flight` at a time, the
-/// events and stdin lines of `etcd-mutex held`.
-async fn child(a: ChildArgs) -> Result<(), BoxError> {
-    let started = Instant::now();
-    let (n, in_flight) = (a.count.get(), a.in_flight.get());
-    let cfg = EtcdConfig::new(a.endpoints.split(','), a.prefix)?
-        .ttl(Duration::from_secs(TTL_SECS))
-        .request_timeout(Duration::from_secs(5));
-    let source = tokio::time::timeout(OP_LIMIT, EtcdSource::connect(cfg))
-        .await
-        .map_err(|_| "connect: timed out")??;
-    let source = Arc::new(source);
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    // The session (its lease) starts with the first grant: take one before
-    // timing, as Go grants its session's lease before it starts the clock.
-    let warm_up = ResourceName::new("warm-up")?;
-    tokio::time::timeout(OP_LIMIT, source.acquire(&warm_up, &opts))
-        .await
-        .map_err(|_| "warm-up acquire: timed out")??
-        .release()
-        .await?;
-    emit(json!({"event": "connected"}));
-    for _ in 0..a.cycles.get() {
-        let before = rss_kb();
-        let host_before = HostTicks::read();
-        let cpu_before = cpu_micros();
-        let t0 = Instant::now();
-        let grants = tokio::time::timeout(
-            EVENT_LIMIT,
-            scenarios::acquire_many(source.clone(), n, in_flight, &opts),
-        )
-        .await
-        .map_err(|_| format!("{n} acquires took over {EVENT_LIMIT:?}"))??;
-        let seconds = t0.elapsed().as_secs_f64();
-        let cpu_us_acquire = cpu_micros() - cpu_before;
-        let host_busy_pct = HostTicks::read().busy_pct_since(&host_before);
-        // A grant's own-key watch starts 100 ms after it: weigh the held
-        // grants with their watches.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        emit(json!({"event": "held", "count": n, "seconds": seconds,
-            "rss_kb_before": before, "rss_kb_held": rss_kb(), "host_busy_pct": host_busy_pct,
-            "cpu_us_acquire": cpu_us_acquire}));
-        loop {
-            let line = stdin
-                .next_line()
-                .await?
-                .ok_or("stdin closed before the release line")?;
-            if line.trim() != "cpu" {
-                break;
-            }
-            emit(json!({"event": "cpu", "cpu_us": cpu_micros(),
-                "wall_us": started.elapsed().as_micros() as u64}));
-        }
-        release_all(grants).await?;
-        emit(json!({"event": "released", "rss_kb_after": rss_kb()}));
-    }
-    tokio::time::timeout(OP_LIMIT, source.close())
-        .await
-        .map_err(|_| "close: timed out")??;
-    Ok(())
-}
-
-/// Releases every grant, [`RELEASE_IN_FLIGHT`] at a time.
-async fn release_all(grants: Vec<fencing::Grant>) -> Result<(), BoxError> {
-    let mut chunks: Vec<Vec<fencing::Grant>> = (0..RELEASE_IN_FLIGHT).map(|_| Vec::new()).collect();
-    for (i, g) in grants.into_iter().enumerate() {
-        chunks[i % RELEASE_IN_FLIGHT].push(g);
-    }
-    let mut workers = tokio::task::JoinSet::new();
-    for chunk in chunks {
-        workers.spawn(async move {
-            for g in chunk {
-                tokio::time::timeout(OP_LIMIT, g.release())
-                    .await
-                    .map_err(|_| format!("release: no answer within {OP_LIMIT:?}"))?
-                    .map_err(|e| format!("release: {e}"))?;
-            }
-            Ok::<_, String>(())
-        });
-    }
-    while let Some(done) = workers.join_next().await {
-        done??;
-    }
-    Ok(())
-}
-
-/// One event line on stdout (Rust's stdout flushes at each newline).
-fn emit(v: Value) {
-    println!("{v}");
-}
-
-/// This process's CPU time (all threads, user and system), in µs.
-fn cpu_micros() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
-}
-
-/// The host's CPU time from the first line of /proc/stat: all of it, and
-/// the part spent neither idle nor waiting for I/O.
-struct HostTicks {
-    total: u64,
-    busy: u64,
-}
-
-impl HostTicks {
-    fn read() -> Self {
-        let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let fields = text.lines().next().unwrap_or("").split_whitespace();
-        let mut t = HostTicks { total: 0, busy: 0 };
-        // user nice system idle iowait irq softirq steal (guest time is
-        // already counted in user and nice).
-        for (i, v) in fields.skip(1).take(8).enumerate() {
-            let v: u64 = v.parse().unwrap_or(0);
-            t.total += v;
-            if i != 3 && i != 4 {
-                t.busy += v;
-            }
-        }
-        t
-    }
-
-    /// Share of all the host's CPUs busy since `earlier`, in percent.
-    fn busy_pct_since(&self, earlier: &HostTicks) -> f64 {
-        if self.total <= earlier.total {
-            return 0.0;
-        }
-        100.0 * (self.busy - earlier.busy) as f64 / (self.total - earlier.total) as f64
-    }
-}
-
-/// The cluster's member processes, found by their directory in their
-/// command lines, and their CPU time.
-struct Members {
-    pids: Vec<u32>,
-}
-
-impl Members {
-    fn find(cluster: &EtcdCluster) -> Result<Self, BoxError> {
-        let dir = cluster.dir().to_string_lossy().into_owned();
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir("/proc")?.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse().ok()) else {
-                continue;
-            };
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(&dir) {
-                pids.push(pid);
-            }
-        }
-        if pids.len() != cluster.member_count() {
-            return Err(format!(
-                "found {} processes under {dir}, expected {} members",
-                pids.len(),
-                cluster.member_count()
-            )
-            .into());
-        }
-        Ok(Members { pids })
-    }
-
-    /// The members' CPU time (user and system) so far, in µs, at the
-    /// resolution of /proc/PID/stat (10 ms: USER_HZ is 100 on Linux).
-    fn cpu_us(&self) -> f64 {
-        let ticks: u64 = self
-            .pids
-            .iter()
-            .filter_map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                // After "pid (comm) ": state is field 3, utime 14, stime 15.
-                let rest = &stat[stat.rfind(')')? + 1..];
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-            })
-            .sum();
-        ticks as f64 * 10_000.0
-    }
-}
-
-/// Resident memory of this process, in KiB.
-fn rss_kb() -> i64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
 }

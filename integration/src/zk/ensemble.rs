@@ -756,6 +756,27 @@ impl ZkEnsemble {
         four_letter_word(&self.endpoint(i), "srvr", FOUR_LETTER_TIMEOUT).await
     }
 
+    /// The number `key` (e.g. `zk_packets_received`, `zk_watch_count`)
+    /// of the four-letter word `mntr`, summed over the servers (one
+    /// exchange each, at most 2 s; four-letter words are not counted as
+    /// packets).
+    pub async fn mntr_sum(&self, key: &str) -> Result<f64, ZkHarnessError> {
+        let mut sum = 0.0;
+        for addr in self.endpoints() {
+            let answer = four_letter_word(&addr, "mntr", FOUR_LETTER_TIMEOUT).await?;
+            sum += answer
+                .lines()
+                .find_map(|l| {
+                    let (k, value) = l.split_once(char::is_whitespace)?;
+                    (k == key).then(|| value.trim().parse::<f64>().ok())?
+                })
+                .ok_or_else(|| {
+                    ZkHarnessError::Unhealthy(format!("no {key} in mntr of {addr}: {answer:?}"))
+                })?;
+        }
+        Ok(sum)
+    }
+
     /// The mode server `i` reports right now (one `srvr`, no waiting);
     /// [`ZkHarnessError::Unhealthy`] when it answers but does not serve
     /// (e.g. during an election).

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_integration::bench::BoxError;
 use fencing_integration::cache::cache_dir;
-use fencing_integration::zk::ensemble::{four_letter_word, ZkEnsemble, ZkOptions, ZkVersion};
+use fencing_integration::zk::ensemble::{ZkEnsemble, ZkOptions, ZkVersion};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 use super::{
@@ -33,8 +33,6 @@ const METRIC: &str = "zk_packets_received";
 /// Unreported chains before the reported one, on both sides, with the
 /// same sessions: the JVM's JIT has then compiled Curator's paths.
 const WARMUP: usize = 1;
-/// One `mntr` exchange.
-const MNTR_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), BoxError> {
     let jar = cache_dir().join("bin").join("curator-mutex.jar");
@@ -61,19 +59,7 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
 
 /// `zk_packets_received` summed over the servers.
 async fn packets(servers: &ZkEnsemble) -> Result<f64, BoxError> {
-    let mut sum = 0.0;
-    for addr in servers.endpoints() {
-        let answer = four_letter_word(&addr, "mntr", MNTR_TIMEOUT).await?;
-        let value = answer
-            .lines()
-            .find_map(|l| {
-                let (key, value) = l.split_once(char::is_whitespace)?;
-                (key == METRIC).then(|| value.trim().parse::<f64>().ok())?
-            })
-            .ok_or_else(|| format!("no {METRIC} in mntr of {addr}: {answer:?}"))?;
-        sum += value;
-    }
-    Ok(sum)
+    Ok(servers.mntr_sum(METRIC).await?)
 }
 
 async fn connect(cfg: &ZkConfig) -> Result<ZkSource, BoxError> {

@@ -62,7 +62,7 @@ public final class Main {
         int code = 0;
         try {
             if (args.length < 1) {
-                throw new Failure("usage: curator-mutex contend|bench|waiters|hold|campaign [flags]");
+                throw new Failure("usage: curator-mutex contend|bench|waiters|hold|held|campaign [flags]");
             }
             String[] rest = Arrays.copyOfRange(args, 1, args.length);
             switch (args[0]) {
@@ -70,8 +70,9 @@ public final class Main {
                 case "bench" -> bench(rest);
                 case "waiters" -> waiters(rest);
                 case "hold" -> hold(rest);
+                case "held" -> Held.run(rest);
                 case "campaign" -> Campaign.run(rest);
-                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters, hold or campaign)");
+                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters, hold, held or campaign)");
             }
         } catch (Throwable e) {
             emitError(e);
