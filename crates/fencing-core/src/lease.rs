@@ -226,6 +226,17 @@ impl LeaseTracker {
         self.loss_reason().unwrap_or(LossReason::ExpiredLocally)
     }
 
+    /// Resolves once the grant is marked lost (by its backend, by its
+    /// [`LeaseGroup`], or by its release), without watching the deadline.
+    /// For a backend's per-grant task that only has to end with its grant:
+    /// each [`lost`](Self::lost) waiter wakes at every deadline a renewal
+    /// has since moved, so N of them cost N wake-ups per renewal, while
+    /// this costs no timer. The group's renewal loop watches the shared
+    /// deadline and marks every grant lost when it passes.
+    pub async fn marked_lost(&self) {
+        self.inner.lost.cancelled().await;
+    }
+
     /// The read-only view of this tracker that grant holders get.
     #[must_use]
     pub fn view(&self) -> LeaseView {
@@ -467,6 +478,22 @@ mod tests {
         assert_eq!(b.loss_reason(), Some(LossReason::DeletedAtServer));
         tokio::time::advance(Duration::from_secs(8)).await;
         assert!(a.is_live(), "the renewal moved the shared deadline");
+    }
+
+    /// `marked_lost` waits for a mark only: a passing deadline does not end
+    /// it (the group's renewal loop turns that into a mark), a mark does.
+    #[tokio::test(start_paused = true)]
+    async fn marked_lost_waits_for_a_mark_not_the_deadline() {
+        let ttl = Duration::from_secs(10);
+        let group = LeaseGroup::new(Instant::now(), ttl);
+        let grant = group.track();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!grant.is_live());
+        let waited = tokio::time::timeout(Duration::from_secs(1), grant.marked_lost()).await;
+        assert!(waited.is_err(), "ended without a mark");
+        group.lose(LossReason::ExpiredLocally, "deadline passed");
+        let waited = tokio::time::timeout(Duration::from_secs(1), grant.marked_lost()).await;
+        assert!(waited.is_ok(), "the group's mark did not end it");
     }
 
     /// A long-lived session acquires and releases without end: released

@@ -212,7 +212,10 @@ pub(crate) async fn is_first(zk: &Zk, dir: &str, mine: &MyNode) -> Result<bool> 
         .is_some_and(|c| c == my_name))
 }
 
-/// Watches my node and reports its deletion (by anyone) as loss.
+/// Watches my node and reports its deletion (by anyone) as loss. It ends
+/// when the grant is marked lost or released; it does not watch the
+/// deadline (the session's heartbeat does, once for every grant), so N
+/// held grants cost no timer wake-ups per renewal.
 pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, lease: LeaseTracker) {
     loop {
         // After a reconnect the stat could reach a server that has not yet
@@ -226,7 +229,7 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
         match watched {
             Ok((Some(stat), watcher)) if stat.czxid as u64 == token.get() => {
                 tokio::select! {
-                    _ = lease.lost() => return,
+                    _ = lease.marked_lost() => return,
                     _ = watcher.changed() => {}
                 }
             }
@@ -240,7 +243,7 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
             // Disconnected: the session heartbeat decides; look again soon.
             Err(_) => {
                 tokio::select! {
-                    _ = lease.lost() => return,
+                    _ = lease.marked_lost() => return,
                     _ = tokio::time::sleep_until(Instant::now() + std::time::Duration::from_millis(200)) => {}
                 }
             }
