@@ -54,7 +54,8 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # ignoring SIGTERM) writes with FENCING_TOKEN.
 # local runs LocalSource clients on one directory (client and clock faults);
 # kube runs kube-apiserver on three etcd members (apiserver kills and
-# pauses, Lease deletion, and the etcd faults). Every client also writes to
+# pauses, Lease deletion, and the etcd faults; the clients are a user bound
+# by deploy/kubernetes/rbac.yaml only). Every client also writes to
 # a storage process (FencingLayer over a FileGate) that is killed and
 # paused, and (lock workload, etcd and ZooKeeper) through the cluster's
 # guarded write; with --postgres also to a PostgreSQL row through

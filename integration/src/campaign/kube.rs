@@ -1,8 +1,11 @@
 //! A Kubernetes control plane for the campaign: kube-apiserver in a
 //! namespace of its own, storing into the campaign's three etcd members,
-//! with a fresh CA, a serving certificate for its address and one
-//! `system:masters` client certificate that every campaign client uses (the
-//! campaign is about faults; least privilege is tested elsewhere).
+//! with a fresh CA, a serving certificate for its address and two client
+//! certificates: `system:masters` for the controller's administration
+//! (readiness, Lease deletion, RBAC), and the user [`CLIENT_USER`] for
+//! every campaign client, ours and client-go, bound by
+//! `deploy/kubernetes/rbac.yaml` (get, create and update on Leases) and
+//! nothing else, as a user of the library would run.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -18,10 +21,16 @@ use crate::pki::{write_pem, Ca};
 pub const APISERVER_PORT: u16 = 6443;
 /// Where the campaign's Leases live: it exists in every new cluster.
 pub const NAMESPACE: &str = "default";
+/// The certificate user of the campaign's clients.
+pub const CLIENT_USER: &str = "campaign-client";
 
-/// The files a client needs, and how to start the apiserver.
+/// The files the controller and the clients need, and how to start the
+/// apiserver.
 pub struct ControlPlane {
+    /// The administrator's (`system:masters`).
     pub kubeconfig: PathBuf,
+    /// The clients' ([`CLIENT_USER`]).
+    pub client_kubeconfig: PathBuf,
     pub command: Box<dyn Fn() -> Command + Send + Sync>,
 }
 
@@ -39,6 +48,9 @@ pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPla
     let admin = ca
         .sign("campaign-admin", Some("system:masters"), &[], &[ClientAuth])
         .map_err(|e| e.to_string())?;
+    let client = ca
+        .sign(CLIENT_USER, None, &[], &[ClientAuth])
+        .map_err(|e| e.to_string())?;
     let sa = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
     let file = |name: &str| pki.join(name);
     for (name, pem) in [
@@ -47,13 +59,18 @@ pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPla
         ("apiserver-key.pem", server.key.as_str()),
         ("admin.pem", admin.cert.as_str()),
         ("admin-key.pem", admin.key.as_str()),
+        ("client.pem", client.cert.as_str()),
+        ("client-key.pem", client.key.as_str()),
         ("sa-key.pem", &sa.serialize_pem()),
         ("sa.pub", &sa.public_key_pem()),
     ] {
         write_pem(&file(name), pem).map_err(|e| e.to_string())?;
     }
     let kubeconfig = dir.join("kubeconfig.yaml");
-    std::fs::write(&kubeconfig, kubeconfig_yaml(api.ip, &pki)).map_err(|e| e.to_string())?;
+    let client_kubeconfig = dir.join("client-kubeconfig.yaml");
+    for (path, user) in [(&kubeconfig, "admin"), (&client_kubeconfig, "client")] {
+        std::fs::write(path, kubeconfig_yaml(api.ip, &pki, user)).map_err(|e| e.to_string())?;
+    }
     let etcd_servers: Vec<String> = etcd
         .iter()
         .map(|h| format!("http://{}:2379", h.ip))
@@ -96,22 +113,24 @@ pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPla
     });
     Ok(ControlPlane {
         kubeconfig,
+        client_kubeconfig,
         command,
     })
 }
 
-/// The admin's kubeconfig, file paths to the PEM files.
-fn kubeconfig_yaml(ip: Ipv4Addr, pki: &Path) -> String {
+/// The kubeconfig of `user` (`admin` or `client`, the stem of its PEM
+/// files), naming the files by path.
+fn kubeconfig_yaml(ip: Ipv4Addr, pki: &Path, user: &str) -> String {
     let p = |name: &str| pki.join(name).display().to_string();
     format!(
         "apiVersion: v1\nkind: Config\n\
          clusters:\n- name: campaign\n  cluster:\n    server: https://{ip}:{APISERVER_PORT}\n    certificate-authority: {ca}\n\
-         users:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
-         contexts:\n- name: admin@campaign\n  context:\n    cluster: campaign\n    user: admin\n    namespace: {NAMESPACE}\n\
-         current-context: admin@campaign\n",
+         users:\n- name: {user}\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
+         contexts:\n- name: {user}@campaign\n  context:\n    cluster: campaign\n    user: {user}\n    namespace: {NAMESPACE}\n\
+         current-context: {user}@campaign\n",
         ca = p("ca.pem"),
-        cert = p("admin.pem"),
-        key = p("admin-key.pem"),
+        cert = p(&format!("{user}.pem")),
+        key = p(&format!("{user}-key.pem")),
     )
 }
 
@@ -133,6 +152,8 @@ pub enum AdminAction {
     Ready,
     /// Delete the campaign's Leases (their holders must notice).
     DeleteLeases,
+    /// Bind the clients' user by `deploy/kubernetes/rbac.yaml`.
+    GrantClients,
 }
 
 /// Runs `action` as the admin of `kubeconfig`; says what happened.
@@ -176,5 +197,29 @@ pub async fn admin(
             }
             Ok(format!("deleted {deleted:?}"))
         }
+        AdminAction::GrantClients => grant_clients(client).await,
     }
+}
+
+/// Creates the Role and RoleBinding of `deploy/kubernetes/rbac.yaml` for
+/// [`CLIENT_USER`]; those that exist already are kept.
+async fn grant_clients(client: kube::Client) -> Result<String, String> {
+    use crate::kubernetes::rbac::{lease_user_rbac, RBAC_MANIFEST};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let (role, binding) =
+        lease_user_rbac(RBAC_MANIFEST, NAMESPACE, CLIENT_USER).map_err(|e| e.to_string())?;
+    let roles: kube::Api<Role> = kube::Api::namespaced(client.clone(), NAMESPACE);
+    let bindings: kube::Api<RoleBinding> = kube::Api::namespaced(client, NAMESPACE);
+    let created = |r: Result<_, kube::Error>, what: &str| match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(format!("creating the {what}: {e}")),
+    };
+    let pp = kube::api::PostParams::default();
+    created(roles.create(&pp, &role).await.map(drop), "Role")?;
+    created(
+        bindings.create(&pp, &binding).await.map(drop),
+        "RoleBinding",
+    )?;
+    Ok("granted".into())
 }

@@ -112,6 +112,8 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// The admin's kubeconfig of a Kubernetes cluster.
     pub kubeconfig: Option<PathBuf>,
+    /// Its clients' kubeconfig (RBAC-limited to Leases).
+    pub client_kubeconfig: Option<PathBuf>,
 }
 
 impl Cluster {
@@ -129,7 +131,7 @@ impl Cluster {
         sync_limit: u64,
     ) -> Result<Cluster, String> {
         let mut members = Vec::new();
-        let mut kubeconfig = None;
+        let (mut kubeconfig, mut client_kubeconfig) = (None, None);
         let voters = &hosts[..VOTERS.min(hosts.len())];
         for (i, host) in hosts.iter().enumerate() {
             let member_dir = dir.join(format!("m{}", i + 1));
@@ -143,6 +145,7 @@ impl Cluster {
                 Kind::Kube => {
                     let plane = super::kube::control_plane(host, voters, &member_dir)?;
                     kubeconfig = Some(plane.kubeconfig);
+                    client_kubeconfig = Some(plane.client_kubeconfig);
                     plane.command
                 }
             };
@@ -162,6 +165,7 @@ impl Cluster {
             kind,
             members,
             kubeconfig,
+            client_kubeconfig,
         })
     }
 
@@ -195,7 +199,7 @@ impl Cluster {
         let hosts: Vec<String> = which.iter().map(|&i| self.endpoint(i)).collect();
         let hosts = hosts.join(",");
         let secs = session.as_secs_f64();
-        match (self.kind, &self.kubeconfig) {
+        match (self.kind, &self.client_kubeconfig) {
             (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
             (Kind::Kube, Some(kubeconfig)) => super::kube::source_url(kubeconfig, session),
             _ => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),

@@ -788,6 +788,10 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
     wait_for_leader(&world, Duration::from_secs(60)).await?;
     if cfg.kind == Kind::Kube {
         wait_for_apiserver(&world, Duration::from_secs(90)).await?;
+        let granted = kube_admin(&world, AdminAction::GrantClients).await;
+        if granted != "granted" {
+            return Err(format!("binding the clients' RBAC: {granted}"));
+        }
     }
     for i in 0..world.clients.len() {
         world.start_client(i).await?;
