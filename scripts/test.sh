@@ -87,6 +87,9 @@ cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --b
 echo "== etcd held-locks benchmark: N locks held from one source vs Go with one session (figures)"
 cargo run --locked -q --release -p fencing-integration --bin held-bench -- --sizes 10,1000,10000 --in-flight 64 --idle-secs 4
 
+echo "== ZooKeeper held-locks benchmark: N locks held from one source vs Curator with one client (figures)"
+cargo run --locked -q --release -p fencing-integration --bin held-bench -- --backend zk --sizes 10,1000,10000 --in-flight 64 --idle-secs 4
+
 echo "== ZooKeeper benchmark: ZkSource vs Curator InterProcessMutex (figures, not a pass/fail check)"
 cargo run --locked -q --release -p fencing-integration --bin anchor-bench -- --backend zk --iterations 40
 

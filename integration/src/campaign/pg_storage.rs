@@ -95,64 +95,60 @@ impl PgStore {
         })
     }
 
-    /// `client`'s write of `value` with `token` to the row of `resource`,
-    /// through the fence column.
+    /// `client`'s write of `value` with `token` to the row of `resource`
+    /// through `gate`: [`GATE`] (the fence column) or [`TABLE_GATE`] (the
+    /// fence table's admit and the ledger row's update in one transaction).
     pub async fn write(
         &self,
+        gate: &'static str,
         client: &str,
         resource: &str,
         token: u64,
         value: u64,
     ) -> WriteOutcome {
         let attempt = async {
-            let conn = self.conn(client, GATE).await?;
+            let conn = self.conn(client, gate).await?;
             let value = i64::try_from(value).map_err(|e| Error::Config(e.to_string()))?;
-            let pg = conn.client.lock().await;
+            let mut pg = conn.client.lock().await;
+            let token = FencingToken::new(token);
+            if gate == TABLE_GATE {
+                return self.table_write(&mut pg, resource, token, value).await;
+            }
             match conn
                 .update
-                .execute(&*pg, &resource, &[&value], FencingToken::new(token))
+                .execute(&*pg, &resource, &[&value], token)
                 .await?
             {
                 1 => Ok(()),
                 rows => Err(Error::backend("postgres", format!("{rows} rows updated"))),
             }
         };
-        self.judge(client, GATE, token, attempt).await
+        self.judge(client, gate, token, attempt).await
     }
 
-    /// The same write through the fence table: the token's admit and the
-    /// ledger row's update are one transaction.
-    pub async fn write_table(
+    async fn table_write(
         &self,
-        client: &str,
+        pg: &mut tokio_postgres::Client,
         resource: &str,
-        token: u64,
-        value: u64,
-    ) -> WriteOutcome {
-        let attempt = async {
-            let conn = self.conn(client, TABLE_GATE).await?;
-            let name = ResourceName::new(resource)?;
-            let value = i64::try_from(value).map_err(|e| Error::Config(e.to_string()))?;
-            let mut pg = conn.client.lock().await;
-            let tx = pg.transaction().await.map_err(pg_error)?;
-            self.marks
-                .admit(&tx, &name, FencingToken::new(token))
-                .await?;
-            let update = format!("UPDATE {LEDGER} SET value = $2, token = $3 WHERE resource = $1");
-            let token = i64::try_from(token).map_err(|e| Error::Config(e.to_string()))?;
-            let rows = tx
-                .execute(&update, &[&resource, &value, &token])
-                .await
-                .map_err(pg_error)?;
-            if rows != 1 {
-                return Err(Error::backend(
-                    "postgres",
-                    format!("{rows} ledger rows updated"),
-                ));
-            }
-            tx.commit().await.map_err(pg_error)
-        };
-        self.judge(client, TABLE_GATE, token, attempt).await
+        token: FencingToken,
+        value: i64,
+    ) -> fencing::Result<()> {
+        let tx = pg.transaction().await.map_err(pg_error)?;
+        self.marks
+            .admit(&tx, &ResourceName::new(resource)?, token)
+            .await?;
+        let update = format!("UPDATE {LEDGER} SET value = $2, token = $3 WHERE resource = $1");
+        let rows = tx
+            .execute(&update, &[&resource, &value, &i64::try_from(token)?])
+            .await
+            .map_err(pg_error)?;
+        if rows != 1 {
+            return Err(Error::backend(
+                "postgres",
+                format!("{rows} ledger rows updated"),
+            ));
+        }
+        tx.commit().await.map_err(pg_error)
     }
 
     /// The outcome of one bounded write attempt to `gate`.

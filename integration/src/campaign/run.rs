@@ -647,19 +647,17 @@ async fn store(
         recorder.record(&client, write(storage::GATE, outcome));
         outcome
     };
-    let pg = async {
-        if let Some(pg) = &postgres {
-            let outcome = pg.write(&client, &resource, token, value).await;
-            recorder.record(&client, write(pg_storage::GATE, outcome));
+    let pg = |gate: &'static str| {
+        let (postgres, client, resource, recorder, write) =
+            (&postgres, &client, &resource, &recorder, &write);
+        async move {
+            if let Some(pg) = postgres {
+                let outcome = pg.write(gate, client, resource, token, value).await;
+                recorder.record(client, write(gate, outcome));
+            }
         }
     };
-    let pg_table = async {
-        if let Some(pg) = &postgres {
-            let outcome = pg.write_table(&client, &resource, token, value).await;
-            recorder.record(&client, write(pg_storage::TABLE_GATE, outcome));
-        }
-    };
-    let (outcome, (), ()) = tokio::join!(file, pg, pg_table);
+    let (outcome, (), ()) = tokio::join!(file, pg(pg_storage::GATE), pg(pg_storage::TABLE_GATE));
     let accepted = outcome == WriteOutcome::Accepted;
     answer(&stdin, &Reply { id, accepted }).await;
 }
