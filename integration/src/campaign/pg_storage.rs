@@ -35,12 +35,14 @@ const LEDGER: &str = "campaign_ledger";
 /// Like the file storage's answer limit: the client hears "unknown" first.
 const WRITE_LIMIT: Duration = Duration::from_millis(1500);
 
-/// One client's connection to one gate, and the fence column's prepared
-/// update. The lock lets the fence table's writes open a transaction; a
-/// client writes once at a time, so nobody waits on it.
+/// One client's connection to one gate. The lock lets the fence table's
+/// writes open a transaction; a client writes once at a time, so nobody
+/// waits on it.
 struct Conn {
     client: Mutex<tokio_postgres::Client>,
-    update: PreparedUpdate,
+    /// The fence column's prepared update; `None` on a fence table
+    /// connection, which does not use it.
+    update: Option<PreparedUpdate>,
     task: JoinHandle<()>,
 }
 
@@ -111,14 +113,10 @@ impl PgStore {
             let value = i64::try_from(value).map_err(|e| Error::Config(e.to_string()))?;
             let mut pg = conn.client.lock().await;
             let token = FencingToken::new(token);
-            if gate == TABLE_GATE {
+            let Some(update) = &conn.update else {
                 return self.table_write(&mut pg, resource, token, value).await;
-            }
-            match conn
-                .update
-                .execute(&*pg, &resource, &[&value], token)
-                .await?
-            {
+            };
+            match update.execute(&*pg, &resource, &[&value], token).await? {
                 1 => Ok(()),
                 rows => Err(Error::backend("postgres", format!("{rows} rows updated"))),
             }
@@ -183,9 +181,15 @@ impl PgStore {
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
-        let update = FencedUpdate::new(TABLE, "resource", "fence", &["value"])?;
+        let update = match gate {
+            GATE => {
+                let update = FencedUpdate::new(TABLE, "resource", "fence", &["value"])?;
+                Some(update.prepare(&pg).await?)
+            }
+            _ => None,
+        };
         let conn = Arc::new(Conn {
-            update: update.prepare(&pg).await?,
+            update,
             client: Mutex::new(pg),
             task,
         });
