@@ -688,13 +688,21 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
         resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
     };
     let report = checker::check_with_stored(&events, &stored?, bugs);
-    let timeline_path = cfg.out.join("timeline.html");
     let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
-    std::fs::write(
-        &timeline_path,
-        timeline::render_html(&events, &report, &title),
-    )
-    .map_err(|e| e.to_string())?;
+    // A window page of an earlier run in the same folder would mislead.
+    for old in std::fs::read_dir(&cfg.out)
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        let name = old.file_name().to_string_lossy().into_owned();
+        if name.starts_with("timeline-") && name.ends_with(".html") {
+            let _ = std::fs::remove_file(old.path());
+        }
+    }
+    for page in timeline::render_pages(&events, &report, &title) {
+        std::fs::write(cfg.out.join(&page.file), page.html).map_err(|e| e.to_string())?;
+    }
+    let timeline_path = cfg.out.join("timeline.html");
     let grants = report.figures.grants;
     let faults: usize = report.figures.faults_by_kind.values().sum();
     let mut shortfalls = Vec::new();

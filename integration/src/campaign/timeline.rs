@@ -23,7 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
 use super::checker::Report;
-use super::history::{fault_spans, holds, sorted_order, Event, EventKind, HoldEnd, WriteOutcome};
+use super::history::{
+    fault_spans, holds, sorted_order, Event, EventKind, FaultSpan, HoldEnd, WriteOutcome,
+};
 use crate::plot::escape as esc;
 
 const RED: &str = "#d62728";
@@ -52,10 +54,74 @@ const MIN_W: f64 = 800.0;
 const MAX_W: f64 = 16_000.0;
 /// Violations listed below the picture.
 const LISTED: usize = 500;
+/// Runs longer than this get an overview and detail windows instead of one
+/// page with every event (a night's soak would make hundreds of MB)...
+pub const DETAIL_SPAN_NS: u64 = 10 * 60 * SEC;
+/// ...windows this long...
+const WINDOW_NS: u64 = 60 * SEC;
+/// ...around the first violations, the longest gap and the end.
+const VIOLATION_WINDOWS: usize = 5;
+/// An overview's width, and its columns' (one summary per lane each).
+const OVERVIEW_MAX_W: f64 = 8_000.0;
+const CELL_PX: f64 = 4.0;
+const SEC: u64 = 1_000_000_000;
 
 /// The page for `events` (any order) and the `report` the checker made of
-/// the same slice.
+/// the same slice: every event of the run drawn.
 pub fn render_html(events: &[Event], report: &Report, title: &str) -> String {
+    page(title, report, &Plot::new(events, report), "")
+}
+
+/// One HTML file of a run's timeline.
+#[derive(Debug)]
+pub struct Page {
+    /// The file's name, e.g. `timeline.html`.
+    pub file: String,
+    pub html: String,
+}
+
+/// A run's timeline: `timeline.html` with every event (see
+/// [`render_html`]); or, for a run longer than [`DETAIL_SPAN_NS`], an
+/// overview of per-column summaries that links detail windows
+/// (`timeline-<s>s.html`, from `s` seconds after the start) around the
+/// first violations, the longest gap between grants and the end.
+pub fn render_pages(events: &[Event], report: &Report, title: &str) -> Vec<Page> {
+    let (origin, end) = run_span(events);
+    if end - origin <= DETAIL_SPAN_NS {
+        let html = render_html(events, report, title);
+        return vec![Page {
+            file: "timeline.html".into(),
+            html,
+        }];
+    }
+    let windows = detail_windows(events, report);
+    let overview = Plot::part(events, report, origin, end, true);
+    let mut pages = vec![Page {
+        file: "timeline.html".into(),
+        html: page(
+            title,
+            report,
+            &overview,
+            &overview_intro(&overview, &windows),
+        ),
+    }];
+    for w in windows {
+        let (a, z) = (secs(w.from - origin), secs(w.to - origin));
+        let intro = format!(
+            "<p class=\"intro\">{a} s to {z} s of the run, every event drawn ({}). \
+             <a href=\"timeline.html\">The whole run</a>.</p>\n",
+            esc(&w.why.join("; "))
+        );
+        let plot = Plot::part(events, report, w.from, w.to, false);
+        pages.push(Page {
+            file: w.file(origin),
+            html: page(&format!("{title}, {a} s to {z} s"), report, &plot, &intro),
+        });
+    }
+    pages
+}
+
+fn page(title: &str, report: &Report, plot: &Plot, intro: &str) -> String {
     let mut out = String::new();
     let title = esc(title);
     let _ = write!(
@@ -64,10 +130,118 @@ pub fn render_html(events: &[Event], report: &Report, title: &str) -> String {
          <title>{title}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
     );
     summary(&mut out, report);
-    legend(&mut out);
-    out.push_str(&Plot::new(events, report).svg());
+    out.push_str(intro);
+    legend(&mut out, plot.overview);
+    out.push_str(&plot.svg());
     violation_list(&mut out, report);
     out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The first and last `at_ns` (0, 0 when empty).
+fn run_span(events: &[Event]) -> (u64, u64) {
+    let ats = events.iter().map(|e| e.at_ns);
+    (ats.clone().min().unwrap_or(0), ats.max().unwrap_or(0))
+}
+
+/// Whole seconds in `ns`.
+fn secs(ns: u64) -> u64 {
+    ns / SEC
+}
+
+/// A part of a long run drawn in detail, and why.
+struct Window {
+    from: u64,
+    to: u64,
+    why: Vec<String>,
+}
+
+impl Window {
+    fn file(&self, origin: u64) -> String {
+        format!("timeline-{}s.html", secs(self.from - origin))
+    }
+}
+
+/// Windows of [`WINDOW_NS`] on whole seconds, in time order: around each
+/// of the first violations (ending a half window after its last event),
+/// the longest gap between grants (from a little before it) and the end.
+fn detail_windows(events: &[Event], report: &Report) -> Vec<Window> {
+    let (origin, end) = run_span(events);
+    let mut wanted: Vec<(u64, String)> = Vec::new();
+    for (name, v) in report.violations().take(VIOLATION_WINDOWS) {
+        let last = v
+            .events
+            .iter()
+            .filter_map(|&i| events.get(i))
+            .map(|e| e.at_ns)
+            .max();
+        if let Some(at) = last {
+            wanted.push((
+                at.saturating_sub(WINDOW_NS / 2),
+                format!("a {name} violation"),
+            ));
+        }
+    }
+    let mut grants: Vec<u64> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Grant { .. }))
+        .map(|e| e.at_ns)
+        .collect();
+    grants.sort_unstable();
+    if let Some(gap) = grants.windows(2).max_by_key(|w| w[1] - w[0]) {
+        let why = format!(
+            "the longest gap between grants, {} ms",
+            (gap[1] - gap[0]) / 1_000_000
+        );
+        wanted.push((gap[0].saturating_sub(WINDOW_NS / 6), why));
+    }
+    wanted.push((
+        end.saturating_sub(WINDOW_NS),
+        "the end of the run".to_string(),
+    ));
+
+    let mut out: Vec<Window> = Vec::new();
+    for (from, why) in wanted {
+        let from = from.clamp(origin, end.saturating_sub(WINDOW_NS).max(origin));
+        let from = origin + (from - origin) / SEC * SEC;
+        match out
+            .iter_mut()
+            .find(|w| w.from.abs_diff(from) < WINDOW_NS / 2)
+        {
+            Some(w) => w.why.push(why),
+            None => out.push(Window {
+                from,
+                to: (from + WINDOW_NS).min(end),
+                why: vec![why],
+            }),
+        }
+    }
+    out.sort_by_key(|w| w.from);
+    out
+}
+
+/// What an overview shows, and its links to the detail windows.
+fn overview_intro(plot: &Plot, windows: &[Window]) -> String {
+    let column_s = plot.to.saturating_sub(plot.from) as f64 / 1e9 * CELL_PX / plot.width;
+    let mut out = format!(
+        "<p class=\"intro\">This run lasted {} s, too long to draw every event: each lane \
+         shows columns of {column_s:.2} s (blue as dark as the share of the column the client \
+         held a lock; orange below: a write refused; black above: a crash; hover for the \
+         counts). Events in a violation are red lines. Parts drawn event by event:</p>\n\
+         <ul class=\"windows\">\n",
+        secs(plot.to.saturating_sub(plot.from))
+    );
+    for w in windows {
+        let _ = writeln!(
+            out,
+            "<li><a href=\"{}\">{} s to {} s</a>: {}</li>",
+            w.file(plot.origin),
+            secs(w.from - plot.origin),
+            secs(w.to - plot.origin),
+            esc(&w.why.join("; "))
+        );
+    }
+    out.push_str("</ul>\n");
     out
 }
 
@@ -164,17 +338,29 @@ fn summary(out: &mut String, report: &Report) {
     out.push_str("</ul>\n");
 }
 
-fn legend(out: &mut String) {
+fn legend(out: &mut String, overview: bool) {
     out.push_str("<div class=\"legend\">");
-    for (color, what) in [
-        (BLUE, "held (token)"),
-        (GREEN, "write accepted"),
-        (ORANGE, "write refused (x)"),
-        (GREY, "write unknown"),
-        (GLOBAL_FAULT, "fault (all lanes)"),
-        (CLIENT_FAULT, "fault on a client"),
-        (RED, "in a violation"),
-    ] {
+    let keys: &[(&str, &str)] = if overview {
+        &[
+            (BLUE, "held (darker: more of the column)"),
+            (ORANGE, "a write refused"),
+            ("#000000", "a crash"),
+            (GLOBAL_FAULT, "faults (all lanes)"),
+            (CLIENT_FAULT, "faults on a client"),
+            (RED, "in a violation"),
+        ]
+    } else {
+        &[
+            (BLUE, "held (token)"),
+            (GREEN, "write accepted"),
+            (ORANGE, "write refused (x)"),
+            (GREY, "write unknown"),
+            (GLOBAL_FAULT, "fault (all lanes)"),
+            (CLIENT_FAULT, "fault on a client"),
+            (RED, "in a violation"),
+        ]
+    };
+    for (color, what) in keys {
         let _ = write!(
             out,
             "<span class=\"key\"><span class=\"sw\" style=\"background:{color}\"></span>{what}</span>"
@@ -210,8 +396,13 @@ fn violation_list(out: &mut String, report: &Report) {
 /// The SVG part.
 struct Plot<'a> {
     events: &'a [Event],
+    /// The run's first event: tooltips give times from here.
     origin: u64,
-    end: u64,
+    /// The part of the run drawn (the whole run unless a window).
+    from: u64,
+    to: u64,
+    /// Per-pixel summaries instead of one mark per event (a long run).
+    overview: bool,
     /// Plot width in pixels (without the margins).
     width: f64,
     lanes: Vec<&'a str>,
@@ -221,10 +412,16 @@ struct Plot<'a> {
 }
 
 impl<'a> Plot<'a> {
+    /// The whole run in detail.
     fn new(events: &'a [Event], report: &Report) -> Self {
-        let order = sorted_order(events);
-        let origin = order.first().map_or(0, |&i| events[i].at_ns);
-        let end = order.last().map_or(0, |&i| events[i].at_ns);
+        let (origin, end) = run_span(events);
+        Self::part(events, report, origin, end, false)
+    }
+
+    /// `from..=to` of the run, in detail or (`overview`) summarised per
+    /// pixel column.
+    fn part(events: &'a [Event], report: &Report, from: u64, to: u64, overview: bool) -> Self {
+        let (origin, _) = run_span(events);
         // Lanes: every client with an event other than a fault.
         let lanes: BTreeSet<&str> = events
             .iter()
@@ -239,12 +436,15 @@ impl<'a> Plot<'a> {
         let lanes: Vec<&str> = lanes.into_iter().collect();
         let lane_of = lanes.iter().enumerate().map(|(k, &c)| (c, k)).collect();
         let resources: BTreeSet<&str> = events.iter().filter_map(|e| e.kind.resource()).collect();
-        let span_ms = (end - origin) as f64 / 1e6;
+        let span_ms = to.saturating_sub(from) as f64 / 1e6;
+        let max_w = if overview { OVERVIEW_MAX_W } else { MAX_W };
         Plot {
             events,
             origin,
-            end,
-            width: (span_ms * PX_PER_MS).clamp(MIN_W, MAX_W),
+            from,
+            to,
+            overview,
+            width: (span_ms * PX_PER_MS).clamp(MIN_W, max_w),
             lanes,
             lane_of,
             viol: report
@@ -256,9 +456,15 @@ impl<'a> Plot<'a> {
         }
     }
 
+    /// The x of `ns`, held to the drawn part.
     fn x(&self, ns: u64) -> f64 {
-        let span = (self.end - self.origin).max(1) as f64;
-        PAD + ns.saturating_sub(self.origin) as f64 / span * self.width
+        let span = self.to.saturating_sub(self.from).max(1) as f64;
+        PAD + (ns.clamp(self.from, self.to) - self.from) as f64 / span * self.width
+    }
+
+    /// Whether `from_ns..=to_ns` (`None`: to the end) shows in the part.
+    fn shows(&self, from_ns: u64, to_ns: Option<u64>) -> bool {
+        from_ns <= self.to && to_ns.is_none_or(|t| t >= self.from)
     }
 
     fn lane_top(&self, k: usize) -> f64 {
@@ -319,7 +525,11 @@ impl<'a> Plot<'a> {
         self.lane_backgrounds(&mut s, total_w);
         self.axis(&mut s, h);
         self.faults(&mut s, h);
-        self.lanes_content(&mut s);
+        if self.overview {
+            self.overview_lanes(&mut s);
+        } else {
+            self.lanes_content(&mut s);
+        }
         s.push_str("</svg></div>\n</div>\n");
         s
     }
@@ -335,18 +545,26 @@ impl<'a> Plot<'a> {
         }
     }
 
+    /// Ticks about 100 px apart, in ms from the run's start (in s once
+    /// they are a second apart or the part ends 10 s in).
     fn axis(&self, s: &mut String, h: f64) {
-        let span_ms = (self.end - self.origin) as f64 / 1e6;
+        let span_ms = self.to.saturating_sub(self.from) as f64 / 1e6;
         let px_per_ms = if span_ms > 0.0 {
             self.width / span_ms
         } else {
             self.width
         };
         let step = nice_step(100.0 / px_per_ms);
-        let decimals = if step >= 1.0 {
+        let from_ms = self.from.saturating_sub(self.origin) as f64 / 1e6;
+        let (unit, per_unit) = if step >= 1000.0 || from_ms + span_ms >= 10_000.0 {
+            ("s", 1000.0)
+        } else {
+            ("ms", 1.0)
+        };
+        let decimals = if step / per_unit >= 1.0 {
             0
         } else {
-            (-step.log10()).ceil() as usize
+            (-(step / per_unit).log10()).ceil() as usize
         };
         s.push_str("<g class=\"axis\">\n");
         let _ = writeln!(
@@ -354,15 +572,15 @@ impl<'a> Plot<'a> {
             "<line x1=\"{PAD}\" y1=\"{AXIS_H}\" x2=\"{:.1}\" y2=\"{AXIS_H}\" stroke=\"#555\"/>",
             PAD + self.width
         );
-        let mut k = 0u64;
+        let mut k = (from_ms / step - 1e-9).ceil().max(0.0) as u64;
         loop {
             let t_ms = k as f64 * step;
-            if t_ms > span_ms.max(0.0) + 1e-9 {
+            if t_ms > from_ms + span_ms.max(0.0) + 1e-9 {
                 break;
             }
             let x = PAD
                 + if span_ms > 0.0 {
-                    t_ms / span_ms * self.width
+                    (t_ms - from_ms) / span_ms * self.width
                 } else {
                     0.0
                 };
@@ -370,11 +588,12 @@ impl<'a> Plot<'a> {
                 s,
                 "<line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{h:.1}\" stroke=\"#e4e4e4\"/>\
                  <line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{AXIS_H}\" stroke=\"#555\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\">{t_ms:.decimals$} ms</text>",
+                 <text x=\"{:.1}\" y=\"{:.1}\">{:.decimals$} {unit}</text>",
                 AXIS_H,
                 AXIS_H - 5.0,
                 x + 2.0,
                 AXIS_H - 8.0,
+                t_ms / per_unit,
             );
             k += 1;
             if span_ms <= 0.0 {
@@ -386,73 +605,269 @@ impl<'a> Plot<'a> {
 
     fn faults(&self, s: &mut String, h: f64) {
         s.push_str("<g class=\"faults\">\n");
+        let spans: Vec<FaultSpan> = fault_spans(self.events)
+            .into_iter()
+            .filter(|f| self.shows(f.start_ns, f.end_ns))
+            .collect();
         let mut global = 0usize;
-        for f in fault_spans(self.events) {
-            let x1 = self.x(f.start_ns);
-            let x2 = self.x(f.end_ns.unwrap_or(self.end)).max(x1 + 1.0);
-            let w = x2 - x1;
-            let until = match f.end_ns {
-                Some(end) => self.t(end),
-                None => "the end".to_string(),
-            };
-            let tip = esc(&format!(
+        for group in self.fault_groups(&spans) {
+            self.fault_band(s, h, &group, &mut global);
+        }
+        s.push_str("</g>\n");
+    }
+
+    /// One band per fault; in an overview, one per row (a client's lane, or
+    /// the row of faults on all lanes) for faults whose bands touch.
+    fn fault_groups<'s>(&self, spans: &'s [FaultSpan]) -> Vec<Vec<&'s FaultSpan>> {
+        if !self.overview {
+            return spans.iter().map(|f| vec![f]).collect();
+        }
+        let mut groups: Vec<(Vec<&FaultSpan>, f64)> = Vec::new();
+        let mut last_of_row: HashMap<Option<usize>, usize> = HashMap::new();
+        for f in spans {
+            let row = self.lane_of.get(f.target.as_str()).copied();
+            let (x1, x2) = self.band(f);
+            match last_of_row.get(&row) {
+                Some(&g) if x1 <= groups[g].1 + 1.0 => {
+                    groups[g].0.push(f);
+                    groups[g].1 = groups[g].1.max(x2);
+                }
+                _ => {
+                    last_of_row.insert(row, groups.len());
+                    groups.push((vec![f], x2));
+                }
+            }
+        }
+        groups.into_iter().map(|(g, _)| g).collect()
+    }
+
+    /// The x range of a fault's band, at least a pixel wide.
+    fn band(&self, f: &FaultSpan) -> (f64, f64) {
+        let x1 = self.x(f.start_ns);
+        (x1, self.x(f.end_ns.unwrap_or(self.to)).max(x1 + 1.0))
+    }
+
+    fn fault_band(&self, s: &mut String, h: f64, group: &[&FaultSpan], global: &mut usize) {
+        let f = group[0];
+        let x1 = self.band(f).0;
+        let x2 = group
+            .iter()
+            .map(|g| self.band(g).1)
+            .fold(x1 + 1.0, f64::max);
+        let w = x2 - x1;
+        let until = |f: &FaultSpan| match f.end_ns {
+            Some(end) => self.t(end),
+            None => "the end".to_string(),
+        };
+        let (tip, label) = if let [f] = group {
+            let tip = format!(
                 "{} {} on {} from {} to {}",
                 f.fault,
                 f.id,
                 f.target,
                 self.t(f.start_ns),
-                until
-            ));
-            let in_viol =
-                self.viol.contains(&f.start) || f.end.is_some_and(|e| self.viol.contains(&e));
-            let stroke = if in_viol {
-                format!(" stroke=\"{RED}\" stroke-width=\"2\"")
-            } else {
-                String::new()
-            };
-            let ev = f.start;
-            let lane = self.lane_of.get(f.target.as_str()).copied();
-            match lane {
-                Some(k) => {
-                    let y = self.lane_top(k);
-                    let _ = writeln!(
-                        s,
-                        "<g class=\"fault client-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
-                         <rect x=\"{x1:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{CLIENT_FAULT}\" fill-opacity=\"0.35\"{stroke}/>\
-                         <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#7a5c00\">{}</text></g>",
-                        y + 1.0,
-                        LANE_H - 2.0,
-                        x1 + 2.0,
-                        y + 9.0,
-                        esc(&f.fault)
-                    );
-                }
-                _ => {
-                    let y0 = AXIS_H + 1.0;
-                    let label_y = AXIS_H + 11.0 + (global % 2) as f64 * 12.0;
-                    global += 1;
-                    let _ = writeln!(
-                        s,
-                        "<g class=\"fault global-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
-                         <rect x=\"{x1:.1}\" y=\"{y0:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{GLOBAL_FAULT}\" fill-opacity=\"0.13\"{stroke}/>\
-                         <text x=\"{:.1}\" y=\"{label_y:.1}\" fill=\"#5b3d8a\">{}</text></g>",
-                        h - y0,
-                        x1 + 2.0,
-                        esc(&f.fault)
-                    );
-                }
+                until(f)
+            );
+            (tip, f.fault.clone())
+        } else {
+            let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+            for g in group {
+                *kinds.entry(g.fault.as_str()).or_default() += 1;
             }
-            // A fault end that a violation names (the last one, for
-            // liveness) is marked on its own.
-            if let Some(e) = f.end.filter(|e| self.viol.contains(e)) {
+            let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+            let last = group.iter().max_by_key(|g| g.end_ns.unwrap_or(u64::MAX));
+            let tip = format!(
+                "{} faults on {} from {} to {}: {}",
+                group.len(),
+                f.target,
+                self.t(f.start_ns),
+                last.map_or_else(|| "the end".to_string(), |g| until(g)),
+                kinds.join(", ")
+            );
+            (tip, format!("{} faults", group.len()))
+        };
+        let tip = esc(&tip);
+        // An overview labels only the bands wide enough to read.
+        let label = if self.overview && w < 40.0 {
+            String::new()
+        } else {
+            label
+        };
+        let in_viol = group
+            .iter()
+            .any(|f| self.viol.contains(&f.start) || f.end.is_some_and(|e| self.viol.contains(&e)));
+        let stroke = if in_viol {
+            format!(" stroke=\"{RED}\" stroke-width=\"2\"")
+        } else {
+            String::new()
+        };
+        let ev = f.start;
+        match self.lane_of.get(f.target.as_str()).copied() {
+            Some(k) => {
+                let y = self.lane_top(k);
                 let _ = writeln!(
                     s,
-                    "<line class=\"viol\" data-ev=\"{e}\" x1=\"{x2:.1}\" y1=\"{AXIS_H}\" x2=\"{x2:.1}\" y2=\"{h:.1}\" \
+                    "<g class=\"fault client-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
+                     <rect x=\"{x1:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{CLIENT_FAULT}\" fill-opacity=\"0.35\"{stroke}/>\
+                     <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#7a5c00\">{}</text></g>",
+                    y + 1.0,
+                    LANE_H - 2.0,
+                    x1 + 2.0,
+                    y + 9.0,
+                    esc(&label)
+                );
+            }
+            None => {
+                let y0 = AXIS_H + 1.0;
+                let label_y = AXIS_H + 11.0 + (*global % 2) as f64 * 12.0;
+                *global += 1;
+                let _ = writeln!(
+                    s,
+                    "<g class=\"fault global-fault\" data-ev=\"{ev}\"><title>{tip}</title>\
+                     <rect x=\"{x1:.1}\" y=\"{y0:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{GLOBAL_FAULT}\" fill-opacity=\"0.13\"{stroke}/>\
+                     <text x=\"{:.1}\" y=\"{label_y:.1}\" fill=\"#5b3d8a\">{}</text></g>",
+                    h - y0,
+                    x1 + 2.0,
+                    esc(&label)
+                );
+            }
+        }
+        // A fault end that a violation names (the last one, for liveness)
+        // is marked on its own.
+        for f in group {
+            if let Some(e) = f.end.filter(|e| self.viol.contains(e)) {
+                let x = self.band(f).1;
+                let tip = esc(&format!(
+                    "{} {} on {} ended at {}",
+                    f.fault,
+                    f.id,
+                    f.target,
+                    until(f)
+                ));
+                let _ = writeln!(
+                    s,
+                    "<line class=\"viol\" data-ev=\"{e}\" x1=\"{x:.1}\" y1=\"{AXIS_H}\" x2=\"{x:.1}\" y2=\"{h:.1}\" \
                      stroke=\"{RED}\" stroke-width=\"2\" stroke-dasharray=\"4 3\"><title>{tip}</title></line>"
                 );
             }
         }
-        s.push_str("</g>\n");
+    }
+
+    /// An overview's lanes: per column, one summary of what the client
+    /// did; then each violating event on its own, in red.
+    fn overview_lanes(&self, s: &mut String) {
+        let columns = ((self.width / CELL_PX).ceil() as usize).max(1);
+        let span = u128::from(self.to.saturating_sub(self.from).max(1));
+        let column_of = |ns: u64| {
+            let off = u128::from(ns.clamp(self.from, self.to) - self.from);
+            ((off * columns as u128 / span) as usize).min(columns - 1)
+        };
+        let column_start = |c: usize| self.from + (span * c as u128 / columns as u128) as u64;
+        let mut cells: Vec<Vec<Cell>> = (0..self.lanes.len())
+            .map(|_| (0..columns).map(|_| Cell::default()).collect())
+            .collect();
+        for h in holds(self.events) {
+            let Some(&k) = self.lane_of.get(h.client.as_str()) else {
+                continue;
+            };
+            let (a, z) = (
+                h.start_ns.max(self.from),
+                h.end_ns.unwrap_or(self.to).min(self.to),
+            );
+            if a > z {
+                continue;
+            }
+            let (first, last) = (column_of(a), column_of(z));
+            cells[k][first].grant(h.token);
+            for (c, cell) in cells[k][first..=last].iter_mut().enumerate() {
+                let c = first + c;
+                let covered = column_start(c + 1)
+                    .min(z)
+                    .saturating_sub(column_start(c).max(a));
+                cell.held_ns += covered;
+            }
+        }
+        for e in self.events {
+            if let (Some(&k), true) = (
+                self.lane_of.get(e.client.as_str()),
+                self.shows(e.at_ns, Some(e.at_ns)),
+            ) {
+                cells[k][column_of(e.at_ns)].count(&e.kind);
+            }
+        }
+        let w = self.width / columns as f64;
+        for (k, row) in cells.iter().enumerate() {
+            let top = self.lane_top(k);
+            let mut body = String::new();
+            for (c, cell) in row.iter().enumerate().filter(|(_, cell)| !cell.is_empty()) {
+                let (t1, t2) = (column_start(c), column_start(c + 1));
+                let held = (cell.held_ns as f64 / t2.saturating_sub(t1).max(1) as f64).min(1.0);
+                let tip = esc(&format!(
+                    "{} to {}: {}",
+                    self.t(t1),
+                    self.t(t2),
+                    cell.describe(held)
+                ));
+                let x = PAD + c as f64 * w;
+                let _ = write!(
+                    body,
+                    "<g class=\"cell\"><title>{tip}</title><rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"14\" fill=\"{BLUE}\" fill-opacity=\"{:.2}\"/>",
+                    top + LANE_H / 2.0 - 11.0,
+                    0.08 + 0.8 * held
+                );
+                if cell.refused > 0 {
+                    let _ = write!(
+                        body,
+                        "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"4\" fill=\"{ORANGE}\"/>",
+                        top + LANE_H - 9.0
+                    );
+                }
+                if cell.crashes > 0 {
+                    let _ = write!(
+                        body,
+                        "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{w:.1}\" height=\"3\" fill=\"#000000\"/>",
+                        top + 2.0
+                    );
+                }
+                body.push_str("</g>\n");
+            }
+            self.violating_marks(&mut body, k);
+            let _ = writeln!(
+                s,
+                "<g class=\"lane\" data-client=\"{}\">\n{body}</g>",
+                esc(self.lanes[k])
+            );
+        }
+    }
+
+    /// The violating events of lane `k`, as red lines across it.
+    fn violating_marks(&self, out: &mut String, k: usize) {
+        let top = self.lane_top(k);
+        for &i in &self.viol {
+            let e = &self.events[i];
+            if self.lane_of.get(e.client.as_str()) != Some(&k)
+                || !self.shows(e.at_ns, Some(e.at_ns))
+            {
+                continue;
+            }
+            let x = self.x(e.at_ns);
+            let what = match (e.kind.resource(), e.kind.token()) {
+                (Some(r), Some(t)) => format!(" of {r}, token {t}"),
+                _ => String::new(),
+            };
+            let tip = esc(&format!(
+                "{} {}{what} at {}, in a violation",
+                e.client,
+                e.kind.name(),
+                self.t(e.at_ns)
+            ));
+            let _ = writeln!(
+                out,
+                "<line class=\"viol\" data-ev=\"{i}\" x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"{RED}\" stroke-width=\"2\"><title>{tip}</title></line>",
+                top + 1.0,
+                top + LANE_H - 1.0
+            );
+        }
     }
 
     fn lanes_content(&self, s: &mut String) {
@@ -483,6 +898,9 @@ impl<'a> Plot<'a> {
             let Some(&k) = self.lane_of.get(h.client.as_str()) else {
                 continue;
             };
+            if !self.shows(h.start_ns, h.end_ns) {
+                continue;
+            }
             let out = &mut lanes[k];
             let top = self.lane_top(k);
             let mid = top + LANE_H / 2.0 - 4.0;
@@ -496,7 +914,7 @@ impl<'a> Plot<'a> {
                 );
             }
             let x1 = self.x(h.start_ns);
-            let x2 = self.x(h.end_ns.unwrap_or(self.end)).max(x1 + 2.0);
+            let x2 = self.x(h.end_ns.unwrap_or(self.to)).max(x1 + 2.0);
             let (class, color) = self.paint(h.grant, BLUE);
             let opacity = if h.end.is_some() { "0.85" } else { "0.45" };
             let ended = match (h.end_kind, h.end_ns) {
@@ -547,6 +965,9 @@ impl<'a> Plot<'a> {
             let Some(&k) = self.lane_of.get(e.client.as_str()) else {
                 continue;
             };
+            if !self.shows(e.at_ns, Some(e.at_ns)) {
+                continue;
+            }
             let out = &mut lanes[k];
             let top = self.lane_top(k);
             let mid = top + LANE_H / 2.0 - 4.0;
@@ -737,6 +1158,78 @@ impl<'a> Plot<'a> {
             y - 5.0,
             y + 4.0
         );
+    }
+}
+
+/// What one client did in one column of an overview.
+#[derive(Default)]
+struct Cell {
+    /// Time held (summed over resources held at once).
+    held_ns: u64,
+    grants: usize,
+    tokens: Option<(u64, u64)>,
+    accepted: usize,
+    refused: usize,
+    unknown: usize,
+    lost: usize,
+    released: usize,
+    crashes: usize,
+}
+
+impl Cell {
+    fn grant(&mut self, token: u64) {
+        self.grants += 1;
+        self.tokens = Some(
+            self.tokens
+                .map_or((token, token), |(lo, hi)| (lo.min(token), hi.max(token))),
+        );
+    }
+
+    fn count(&mut self, kind: &EventKind) {
+        match kind {
+            EventKind::Write { outcome, .. } => match outcome {
+                WriteOutcome::Accepted => self.accepted += 1,
+                WriteOutcome::Refused => self.refused += 1,
+                WriteOutcome::Unknown => self.unknown += 1,
+            },
+            EventKind::Lost { .. } => self.lost += 1,
+            EventKind::Release { .. } => self.released += 1,
+            EventKind::Crash {} => self.crashes += 1,
+            _ => {}
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.held_ns == 0
+            && self.grants
+                + self.accepted
+                + self.refused
+                + self.unknown
+                + self.lost
+                + self.released
+                + self.crashes
+                == 0
+    }
+
+    /// The non-zero counts, in words.
+    fn describe(&self, held: f64) -> String {
+        let mut parts = vec![format!("held {:.0}% of the time", held * 100.0)];
+        if let Some((lo, hi)) = self.tokens {
+            parts.push(format!("{} grants (tokens {lo} to {hi})", self.grants));
+        }
+        for (n, what) in [
+            (self.accepted, "writes accepted"),
+            (self.refused, "writes refused"),
+            (self.unknown, "writes unknown"),
+            (self.lost, "losses"),
+            (self.released, "releases"),
+            (self.crashes, "crashes"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
+        parts.join(", ")
     }
 }
 
@@ -1021,8 +1514,108 @@ mod tests {
         assert!(html.len() < 2_000_000, "{}", html.len());
         assert_eq!(html.matches("class=\"lane\"").count(), 5);
         // Ticks are spaced at least ~100 px apart.
-        let ticks = html.matches(" ms</text>").count();
+        let ticks = html.matches(" ms</text>").count() + html.matches(" s</text>").count();
         assert!(ticks <= (MAX_W / 100.0) as usize + 2, "{ticks}");
+    }
+
+    /// Two hours of four clients taking turns every 250 ms (28,800 grants,
+    /// a write each), a partition every minute, and one overlap: an
+    /// overview with a summary per column, and windows drawing every event
+    /// around the overlap, the longest gap and the end.
+    #[test]
+    fn a_long_run_gets_an_overview_and_detail_windows() {
+        let mut events = Vec::new();
+        let turns = 2 * 3600 * 4;
+        for k in 0..turns {
+            // A 5 s gap (no grant) from 30 minutes in.
+            let at = k * 250 + if k >= 7200 { 5000 } else { 0 };
+            let c = format!("c{}", k % 4);
+            events.push(grant(at, &c, k + 1));
+            events.push(write(at + 10, at + 20, &c, k + 1, WriteOutcome::Accepted));
+            let release = if k == 14_400 { at + 400 } else { at + 200 };
+            events.push(ev(
+                release,
+                &c,
+                EventKind::Release {
+                    resource: "r".into(),
+                    token: k + 1,
+                },
+            ));
+            if k % 240 == 0 {
+                events.push(ev(
+                    at,
+                    NEMESIS,
+                    EventKind::FaultStart {
+                        fault: "partition-leader".into(),
+                        target: "n1".into(),
+                        id: k,
+                    },
+                ));
+                events.push(ev(at + 3000, NEMESIS, EventKind::FaultEnd { id: k }));
+            }
+        }
+        let report = check(&events);
+        let overlap = &report
+            .property("loss-before-next-grant")
+            .unwrap()
+            .violations;
+        assert_eq!(overlap.len(), 1, "{report}");
+        let pages = render_pages(&events, &report, "soak");
+        let files: Vec<&str> = pages.iter().map(|p| p.file.as_str()).collect();
+        // The overlap ends at 3605.4 s, the gap is from 1799.75 s, the run
+        // ends at 7204.95 s.
+        assert_eq!(
+            files,
+            [
+                "timeline.html",
+                "timeline-1789s.html",
+                "timeline-3575s.html",
+                "timeline-7144s.html"
+            ]
+        );
+        let overview = &pages[0].html;
+        assert!(
+            overview.len() < 6_000_000,
+            "overview of {} bytes",
+            overview.len()
+        );
+        assert!(!overview.contains("class=\"hold"), "holds are summarised");
+        assert_eq!(overview.matches("class=\"lane\"").count(), 4);
+        let cells = overview.matches("class=\"cell\"").count();
+        assert!(cells <= 4 * 2000, "{cells} cells");
+        assert!(overview.contains("grants (tokens"), "cells count grants");
+        assert!(overview.contains("<a href=\"timeline-3575s.html\">3575 s to 3635 s</a>: a loss-before-next-grant violation"));
+        // 120 partitions, merged where their bands touch.
+        assert!(overview.matches("class=\"fault global-fault\"").count() <= 120);
+        for &i in &overlap[0].events {
+            assert!(
+                tag_of(overview, i).contains("viol"),
+                "{}",
+                tag_of(overview, i)
+            );
+        }
+        let window = &pages[2].html;
+        assert!(window.len() < 3_000_000, "window of {} bytes", window.len());
+        for &i in &overlap[0].events {
+            assert!(tag_of(window, i).contains("viol"), "{}", tag_of(window, i));
+        }
+        // Only the window's events are drawn: 241 grants, both ends included.
+        let holds = window.matches("class=\"hold").count();
+        assert_eq!(holds, 241);
+        assert!(!window.contains("data-ev=\"0\""));
+        assert!(window.contains(">3575.0 s</text>") && window.contains(">3635.0 s</text>"));
+        for p in &pages {
+            assert_eq!(
+                p.html.matches("<g ").count() + p.html.matches("<g>").count(),
+                p.html.matches("</g>").count(),
+                "{}",
+                p.file
+            );
+        }
+        // A short run keeps a single page with every event.
+        let short = render_pages(&small(), &check(&small()), "short");
+        assert_eq!(short.len(), 1);
+        assert!(short[0].html.contains("class=\"hold"));
     }
 
     #[test]
