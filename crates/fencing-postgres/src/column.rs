@@ -13,16 +13,21 @@ use crate::ident::Ident;
 /// refused:
 ///
 /// ```sql
-/// WITH cur AS (SELECT fence FROM t WHERE key = $1 FOR NO KEY UPDATE),
-///      upd AS (UPDATE t SET c1 = $3, ..., fence = $2 FROM cur
-///              WHERE t.key = $1 AND (cur.fence IS NULL OR cur.fence <= $2) RETURNING 1)
-/// SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM cur), (SELECT fence FROM cur LIMIT 1)
+/// WITH upd AS (UPDATE t SET c1 = $3, ..., fence = $2
+///              WHERE key = $1 AND (fence IS NULL OR fence <= $2) RETURNING 1)
+/// SELECT n, CASE WHEN n = 0 THEN (SELECT count(*) FROM t WHERE key = $1) END,
+///           CASE WHEN n = 0 THEN (SELECT max(fence) FROM t WHERE key = $1) END
+/// FROM (SELECT count(*) AS n FROM upd) AS written
 /// ```
 ///
-/// The row is locked first and the decision and the report are taken from
-/// that one locked version, so a refusal always names the fence that
-/// refused it, also when a concurrent writer changed the row or deletes it
-/// right afterwards. Every write is one statement, one round trip.
+/// The UPDATE decides on the row's newest version (it waits for a
+/// concurrent writer and checks again); the report reads the statement's
+/// snapshot, so a row deleted right after a refusal is still reported as
+/// the refusal it was. When a concurrent writer raised the fence after
+/// that snapshot, the snapshot's fence admits the token: then, and only
+/// then, a second query reads the newest fence to name it (fences only
+/// rise, so it is at least the one that refused). A write is one
+/// statement and one round trip; one that lands never runs the report.
 ///
 /// A `NULL` fence admits any token (and the write sets it): it is a row no
 /// fenced write has touched yet, such as the rows that existed when the
@@ -47,6 +52,8 @@ use crate::ident::Ident;
 #[derive(Clone, Debug)]
 pub struct FencedUpdate {
     sql: String,
+    /// Reads the newest fence of a row (parameter: key).
+    fence_sql: String,
     columns: usize,
 }
 
@@ -70,21 +77,20 @@ impl FencedUpdate {
             sets.push(format!("{} = ${}", Ident::new(c)?.sql(), i + 3));
         }
         sets.push(format!("{f} = $2"));
-        // `cur` locks the row (the lock the UPDATE takes anyway) and reads
-        // its newest version; `upd` writes only if that version admits the
-        // token; the SELECT reports from the same version. `FOR NO KEY
-        // UPDATE` is the UPDATE's own lock level, so foreign-key checks on
-        // the row are not held up.
+        // The report's subqueries are init plans, which PostgreSQL runs
+        // only when first needed: a write that lands pays for the UPDATE
+        // alone.
         let sql = format!(
-            "WITH cur AS (SELECT {f} AS fence FROM {t} WHERE {k} = $1 FOR NO KEY UPDATE), \
-             upd AS (UPDATE {t} SET {} FROM cur WHERE {t}.{k} = $1 \
-                     AND (cur.fence IS NULL OR cur.fence <= $2) RETURNING 1) \
-             SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM cur), \
-                    (SELECT fence FROM cur LIMIT 1)",
+            "WITH upd AS (UPDATE {t} SET {} WHERE {k} = $1 AND ({f} IS NULL OR {f} <= $2) RETURNING 1) \
+             SELECT n, \
+             CASE WHEN n = 0 THEN (SELECT count(*) FROM {t} WHERE {k} = $1) END, \
+             CASE WHEN n = 0 THEN (SELECT max({f}) FROM {t} WHERE {k} = $1) END \
+             FROM (SELECT count(*) AS n FROM upd) AS written",
             sets.join(", ")
         );
         Ok(FencedUpdate {
             sql,
+            fence_sql: format!("SELECT {f} FROM {t} WHERE {k} = $1"),
             columns: columns.len(),
         })
     }
@@ -99,6 +105,7 @@ impl FencedUpdate {
     pub async fn prepare(&self, client: &impl GenericClient) -> Result<PreparedUpdate> {
         Ok(PreparedUpdate {
             statement: client.prepare(&self.sql).await.map_err(crate::pg_error)?,
+            fence_sql: self.fence_sql.clone(),
             columns: self.columns,
         })
     }
@@ -108,6 +115,7 @@ impl FencedUpdate {
 #[derive(Clone, Debug)]
 pub struct PreparedUpdate {
     statement: Statement,
+    fence_sql: String,
     columns: usize,
 }
 
@@ -141,10 +149,41 @@ impl PreparedUpdate {
             .map_err(crate::pg_error)?;
         let (updated, found, current) = (
             row.try_get::<_, i64>(0).map_err(crate::pg_error)?,
-            row.try_get::<_, i64>(1).map_err(crate::pg_error)?,
+            row.try_get::<_, Option<i64>>(1)
+                .map_err(crate::pg_error)?
+                .unwrap_or(0),
             row.try_get::<_, Option<i64>>(2).map_err(crate::pg_error)?,
         );
+        if updated == 0 && found > 0 && current.is_none_or(|c| c <= fence) {
+            // The snapshot admitted the token, the newest version did not:
+            // a concurrent writer raised the fence. Name its fence.
+            return self.refused_by_a_concurrent_write(client, key, token).await;
+        }
         report(token, updated, found, current)
+    }
+
+    async fn refused_by_a_concurrent_write(
+        &self,
+        client: &impl GenericClient,
+        key: &(dyn ToSql + Sync),
+        token: FencingToken,
+    ) -> Result<u64> {
+        let row = client
+            .query_opt(self.fence_sql.as_str(), &[key])
+            .await
+            .map_err(crate::pg_error)?;
+        match row {
+            Some(row) => {
+                let current = row.try_get::<_, Option<i64>>(0).map_err(crate::pg_error)?;
+                report(token, 0, 1, current)
+            }
+            // Refused, and gone before its fence could be read: still a
+            // refusal, never "no such row".
+            None => Err(Error::backend(
+                "fenced UPDATE",
+                format!("token {token} refused by a concurrent write to the row, which was deleted before its fence could be read"),
+            )),
+        }
     }
 }
 
@@ -166,7 +205,7 @@ fn report(token: FencingToken, updated: i64, found: i64, current: Option<i64>) -
             fencing_core::metrics::gate_refused(&stale);
             Err(stale)
         }
-        // The locked row admitted the token, yet nothing was written: the
+        // The newest row admitted the token, yet nothing was written: the
         // key is not unique, or something other than the fence held the
         // UPDATE back. Never a silent success.
         other => Err(Error::backend(
@@ -207,6 +246,11 @@ mod tests {
             "{}",
             u.sql()
         );
-        assert!(u.sql().contains("FOR NO KEY UPDATE"));
+        assert!(
+            u.sql()
+                .contains(r#"WHERE "id" = $1 AND ("fence" IS NULL OR "fence" <= $2)"#),
+            "{}",
+            u.sql()
+        );
     }
 }

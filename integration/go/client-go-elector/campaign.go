@@ -5,7 +5,9 @@ package main
 // campaign's Rust clients (the lock's name in their namespace), under the
 // same faults, speaking their line protocol. Each hold is one
 // LeaderElector.Run: leading, it writes every 25 ms for the hold and then
-// cancels (ReleaseOnCancel gives the Lease back). It learns of a lost
+// cancels (ReleaseOnCancel gives the Lease back; after a pause that release
+// clears the record of whoever holds the Lease now, a client-go bug the
+// checker excuses in its victims: stale_client_go_release). It learns of a lost
 // Lease only through OnStoppedLeading (and the context client-go hands to
 // OnStartedLeading, which ends just before), as a client-go user would; the
 // campaign's checker exempts it from noticing a loss in time and demands

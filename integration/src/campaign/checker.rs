@@ -27,8 +27,10 @@
 //!   holder has already stopped believing it holds its grant (`Lost`,
 //!   `Release`, or a `Crash`), at or before that grant returned. A holder
 //!   that was paused (`pause-client`) or had its clock skewed (`clock-*`)
-//!   meanwhile, or whose Lease an administrator deleted (`delete-leases`),
-//!   cannot notice in time and is exempt; for it the property
+//!   meanwhile, or whose Lease an administrator deleted (`delete-leases`)
+//!   or a resumed client-go anchor's release cleared (see
+//!   `stale_client_go_release`), cannot notice in time and is exempt; for
+//!   it the property
 //!   becomes: no write it sent with the old token after a write with a
 //!   higher token completed at the same gate was accepted.
 //! - `durability` ([`DURABILITY`]): with what the storage held after the
@@ -548,7 +550,10 @@ fn gate_monotonic(ctx: &Ctx) -> PropertyResult {
 /// fencing exists; only their stale writes are checked. Go's
 /// `concurrency.Mutex` on etcd, Curator's `InterProcessMutex` on ZooKeeper,
 /// client-go's leader election on Kubernetes.
-pub const ANCHOR_PREFIXES: [&str; 3] = ["go", "curator", "clientgo"];
+pub const ANCHOR_PREFIXES: [&str; 3] = ["go", "curator", CLIENT_GO_PREFIX];
+
+/// The anchor on Kubernetes, client-go's leader election.
+pub const CLIENT_GO_PREFIX: &str = "clientgo";
 
 /// A client of ours named so ignores `lost()` on purpose: it writes with
 /// its token for the whole hold it planned, as a careless user of the
@@ -591,6 +596,39 @@ fn excusing(fault: &FaultSpan, client: &str, bugs: ServerBugs, from_ns: u64, to_
     excuses && fault.overlaps(from_ns, to_ns)
 }
 
+/// How long after its "release" line a client-go anchor's `release()` may
+/// still land: client-go bounds it by the renew deadline (2/3 of the 2 s
+/// lease the campaign gives the anchor), rounded up.
+const CLIENT_GO_RELEASE_LIMIT: Duration = Duration::from_secs(2);
+
+/// A client-go anchor's hold, superseded before the anchor released it,
+/// whose release fell between `h`'s grant and `next`'s.
+///
+/// client-go's `release()` (v0.36) reads the Lease to refresh its
+/// resourceVersion, then asks `IsLeader()` of the record it observed
+/// *before* that read, so an elector resumed after a pause, believing it
+/// still leads, overwrites the current holder's live record with an empty
+/// one, and the next candidate takes it at once. No holder can hear of that
+/// before its next renewal, as with an administrator's delete; what the
+/// checker demands of `h` is then only that the gate refused its stale
+/// writes.
+fn stale_client_go_release<'a>(hs: &[&'a Hold], h: &Hold, next: &Hold) -> Option<&'a Hold> {
+    let lag = CLIENT_GO_RELEASE_LIMIT.as_nanos() as u64;
+    hs.iter().copied().find(|a| {
+        let Some(released) = a.end_ns.filter(|_| a.end_kind == Some(HoldEnd::Release)) else {
+            return false;
+        };
+        let superseded = hs
+            .iter()
+            .any(|g| g.client != a.client && g.token > a.token && g.start_ns < released);
+        numbered(&a.client, CLIENT_GO_PREFIX)
+            && a.token < h.token
+            && superseded
+            && released + lag >= h.start_ns
+            && released <= next.start_ns
+    })
+}
+
 fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
     let mut violations = Vec::new();
     let mut exempt = 0;
@@ -615,6 +653,14 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
                 Some("an anchor, told of no loss in time".to_string())
             } else if is_careless(&h.client) {
                 Some("careless by design, deaf to its loss".to_string())
+            } else if let Some(a) = stale_client_go_release(hs, h, next) {
+                Some(format!(
+                    "its Lease cleared by {}'s release of superseded token {} at {} \
+                     (client-go's release() bug)",
+                    a.client,
+                    a.token,
+                    ctx.t(a.end_ns.unwrap_or_default())
+                ))
             } else {
                 ctx.faults
                     .iter()
@@ -663,8 +709,8 @@ fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
     if exempt > 0 {
         notes.push(format!(
             "{exempt} hold(s) outlived the next grant under pause-client, clock-* or \
-             delete-leases faults, a known server bug, or of an anchor (exempt; their \
-             stale writes checked instead)"
+             delete-leases faults, a known server or client-go bug, or of an anchor \
+             (exempt; their stale writes checked instead)"
         ));
     }
     result(LOSS_BEFORE_NEXT_GRANT, violations, notes)
@@ -1251,7 +1297,8 @@ mod tests {
         );
         let report = run(&h.0, None, bugs);
         assert!(report.passed(), "{report}");
-        assert!(report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().notes[0].contains("server bug"));
+        assert!(report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().notes[0]
+            .contains("server or client-go bug"));
         // Long after the pause ended, it is no excuse.
         let mut late = overlap(13);
         late.fault(0, 1, "pause-member", "m2", 1);
@@ -1302,6 +1349,59 @@ mod tests {
             );
         }
         assert!(!is_careless("careless") && !is_careless("careless1x"));
+    }
+
+    /// clientgo1 holds 1 and is superseded by c2 (2); it releases its
+    /// stale term, which clears c2's Lease, and wins 3 at once; c2 hears of
+    /// it at its next renewal. c2's write with 2 after the write with 3 is
+    /// refused.
+    fn cleared_by_client_go() -> H {
+        let mut h = H::default();
+        h.grant(1, "clientgo1", 1);
+        h.grant(10, "c2", 2);
+        h.release(20, "clientgo1", 1);
+        h.grant(21, "clientgo1", 3);
+        h.write(22, 23, "clientgo1", 3, WriteOutcome::Accepted, 30);
+        h.write(24, 25, "c2", 2, WriteOutcome::Refused, 20);
+        h.lost(26, "c2", 2);
+        h
+    }
+
+    #[test]
+    fn a_lease_cleared_by_client_go_release_excuses_its_holder() {
+        let report = check(&cleared_by_client_go().0);
+        assert!(report.passed(), "{report}");
+        assert!(report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().notes[0].contains("client-go"));
+
+        // The gate accepting c2's stale write is still caught.
+        let mut h = cleared_by_client_go();
+        let EventKind::Write { outcome, .. } = &mut h.0[5].kind else {
+            panic!()
+        };
+        *outcome = WriteOutcome::Accepted;
+        let report = check(&h.0);
+        let v = &report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().violations;
+        assert!(
+            v[0].message.contains("client-go's release() bug"),
+            "{report}"
+        );
+
+        // No excuse without the stale release, from another library, or
+        // from a release that was no longer stale (before c2's grant).
+        let mut without = cleared_by_client_go();
+        without.0.remove(2);
+        for renamed in ["go1", "c1"] {
+            let mut h = cleared_by_client_go();
+            for e in h.0.iter_mut().filter(|e| e.client == "clientgo1") {
+                e.client = renamed.into();
+            }
+            assert!(!check(&h.0).passed(), "{renamed}");
+        }
+        let mut early = cleared_by_client_go();
+        early.0[2].at_ns = 5 * MS;
+        for h in [without, early] {
+            assert_only_fails(&check(&h.0), LOSS_BEFORE_NEXT_GRANT);
+        }
     }
 
     #[test]

@@ -32,11 +32,11 @@ const TARGET: f64 = 1.05;
 enum Kind {
     /// `UPDATE plain SET balance = $2 WHERE id = $1`.
     Plain,
-    /// The bare conditional `UPDATE ... WHERE id = $1 AND fence <= $3` that
-    /// `FencedUpdate` sent before it reported refusals in the same
-    /// statement; timed at 1 connection only, as a reference.
+    /// The bare conditional `UPDATE ... WHERE id = $1 AND fence <= $3`,
+    /// which cannot say why it wrote nothing; timed at 1 connection only,
+    /// as the floor of a guarded write.
     Bare,
-    /// `FencedUpdate`: lock, decide and report in one statement.
+    /// `FencedUpdate`: decide and report in one statement.
     Guarded,
 }
 

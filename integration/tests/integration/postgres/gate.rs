@@ -2,6 +2,7 @@
 //! interleaved tokens, retries, and marks that survive a restart and a crash.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fencing::{Error, FencingToken, Gate, ResourceName, SourceId};
 use fencing_integration::postgres::server::PgServer;
@@ -311,6 +312,63 @@ async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
         Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(10))),
         other => panic!("a refused write reported as {other:?}"),
     }
+}
+
+/// A write whose statement began before a newer writer raised the fence
+/// waits for that writer, is refused, and names the new fence, though the
+/// statement's own snapshot still shows the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_a_concurrent_raise_names_the_new_fence() {
+    let pg = PgServer::start().await.unwrap();
+    let mut newer_client = pg.client().await.unwrap();
+    newer_client
+        .batch_execute(
+            "CREATE TABLE slots (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 3);
+             INSERT INTO slots (id, value) VALUES (1, 'initial');",
+        )
+        .await
+        .unwrap();
+    let update = FencedUpdate::new("slots", "id", "fence", &["value"]).unwrap();
+    // The newer writer raises the fence to 10 and keeps its transaction open.
+    let tx = newer_client.transaction().await.unwrap();
+    let newer = update.prepare(&tx).await.unwrap();
+    let value = "newer".to_owned();
+    let written = newer.execute(&tx, &1i64, &[&value], t(10)).await;
+    assert_eq!(written.unwrap(), 1);
+    // The older writer's statement starts (its snapshot: fence 3) and waits.
+    let older_client = pg.client().await.unwrap();
+    let older = tokio::spawn(async move {
+        let prepared = update.prepare(&older_client).await.unwrap();
+        let value = "older".to_owned();
+        prepared
+            .execute(&older_client, &1i64, &[&value], t(5))
+            .await
+    });
+    let watcher = pg.client().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = watcher
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the older write never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tx.commit().await.unwrap();
+    match older.await.unwrap() {
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(10))),
+        other => panic!("a write refused by a concurrent raise reported as {other:?}"),
+    }
+    let value: String = watcher
+        .query_one("SELECT value FROM slots WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(value, "newer");
 }
 
 /// Marks are bound to the source of the token that set them: a higher
