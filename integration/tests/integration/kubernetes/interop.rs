@@ -298,3 +298,94 @@ async fn rust_and_client_go_alternate_on_one_lease() {
         go_writes
     );
 }
+
+/// Waits (at most `limit`) for the Go program's line with `event`; false
+/// if it never came.
+fn await_go_event(go: &Reaped, event: &str, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        let Some(line) = go.next_line(left) else {
+            return false;
+        };
+        if serde_json::from_str::<serde_json::Value>(&line).is_ok_and(|v| v["event"] == event) {
+            return true;
+        }
+    }
+    false
+}
+
+/// client-go's `release()` (v0.36.3) clears a Lease its elector lost
+/// while paused: it re-reads the Lease for a fresh resourceVersion, then
+/// asks `IsLeader()` of the record it observed before the pause, and so
+/// writes an empty holder over the new holder's live record. The
+/// campaign's checker excuses the victims of this (its
+/// `stale_client_go_release`); this test shows the bug is real and that
+/// our holder hears of it at its next renewal. client-go's first renewal
+/// after the resume may observe the new holder first (then the release is
+/// a no-op), which is Go's scheduler's choice, so up to `ATTEMPTS` pauses
+/// are tried. Should client-go stop doing this, the test fails and the
+/// excuse should go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_client_go_leader_clears_the_next_holders_lease_on_release() {
+    const ATTEMPTS: usize = 5;
+    let f = KubeFixture::start().await;
+    let binary = client_go_elector_binary().unwrap_or_else(|e| panic!("{e}"));
+    let (rust, observer) = (f.source().await, f.source().await);
+    let opts = AcquireOptions::new()
+        .ttl(TEST_LEASE)
+        .timeout(Duration::from_secs(30))
+        .holder(RUST_ID);
+    let mut kept = 0;
+    for attempt in 0..ATTEMPTS {
+        let name = format!("resumed-{attempt}");
+        let resource = ResourceName::new(&name).unwrap();
+        let go = Reaped::spawn(
+            std::process::Command::new(&binary)
+                .arg("--kubeconfig")
+                .arg(f.kubeconfig(KubeUser::LeaseUser))
+                .args(["--namespace", f.namespace(), "--name", &name])
+                .args(["--identity", GO_ID, "--rounds", "1", "--hold", "500ms"])
+                .args(client_go_timing_flags()),
+        )
+        .expect("start client-go-elector");
+        let go = tokio::task::block_in_place(|| {
+            assert!(
+                await_go_event(&go, "leading", Duration::from_secs(30)),
+                "client-go never led"
+            );
+            // Paused while leading; its hold ends during the pause.
+            go.stop();
+            go
+        });
+        let grant = rust
+            .acquire(&resource, &opts)
+            .await
+            .expect("the Rust candidate takes the expired Lease");
+        go.signal(rustix::process::Signal::CONT);
+        let done =
+            tokio::task::block_in_place(|| await_go_event(&go, "done", Duration::from_secs(30)));
+        assert!(done, "client-go's round never ended after the resume");
+        drop(go);
+        match observer.holder(&resource).await.unwrap() {
+            Some(h) if h.holder == RUST_ID => {
+                kept += 1;
+                grant.release().await.unwrap();
+            }
+            cleared => {
+                assert!(cleared.is_none(), "cleared to {cleared:?}");
+                let reason = tokio::time::timeout(TEST_LEASE, grant.lost())
+                    .await
+                    .expect("our holder never heard that its Lease was cleared");
+                eprintln!(
+                    "attempt {}: client-go's release cleared our live Lease ({} kept before); \
+                     our holder lost it: {}",
+                    attempt + 1,
+                    kept,
+                    reason.label()
+                );
+                return;
+            }
+        }
+    }
+    panic!("in {ATTEMPTS} pauses client-go's release never cleared the new holder's Lease");
+}

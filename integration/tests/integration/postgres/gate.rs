@@ -20,19 +20,23 @@ fn token_of(w: u64, i: u64) -> FencingToken {
     t(i * WRITERS + w + 1)
 }
 
+/// A fresh server, and a client on it that has run `ddl`.
+async fn server_with(ddl: &str) -> (PgServer, tokio_postgres::Client) {
+    let pg = PgServer::start().await.unwrap();
+    let client = pg.client().await.unwrap();
+    client.batch_execute(ddl).await.unwrap();
+    (pg, client)
+}
+
 /// Many writers on one row through a fence column: the row ends with the
 /// highest token's value, and every refusal names a higher mark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_column_keeps_the_highest_writer() {
-    let pg = PgServer::start().await.unwrap();
-    let setup = pg.client().await.unwrap();
-    setup
-        .batch_execute(
-            "CREATE TABLE accounts (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+    let (pg, setup) = server_with(
+        "CREATE TABLE accounts (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
              INSERT INTO accounts (id, value) VALUES (1, 'initial');",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let update = FencedUpdate::new("accounts", "id", "fence", &["value"]).unwrap();
     let mut tasks = Vec::new();
     for w in 0..WRITERS {
@@ -104,16 +108,12 @@ async fn fence_column_keeps_the_highest_writer() {
 /// database applied the writes in: their tokens never decrease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_table_in_the_writes_transaction() {
-    let pg = PgServer::start().await.unwrap();
-    let setup = pg.client().await.unwrap();
-    setup
-        .batch_execute(
-            "CREATE TABLE doc (id INT PRIMARY KEY, body TEXT NOT NULL);
+    let (pg, setup) = server_with(
+        "CREATE TABLE doc (id INT PRIMARY KEY, body TEXT NOT NULL);
              INSERT INTO doc VALUES (1, 'initial');
              CREATE TABLE applied (seq BIGSERIAL PRIMARY KEY, token BIGINT NOT NULL);",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let fences = FenceTable::new("fencing_marks").unwrap();
     fences.create(&setup).await.unwrap();
     let doc = ResourceName::new("doc-1").unwrap();
@@ -223,16 +223,12 @@ async fn marks_survive_restart_and_crash() {
 /// write it (and fences it from then on). It must never panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_null_fence_admits_and_never_panics() {
-    let pg = PgServer::start().await.unwrap();
-    let client = pg.client().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE TABLE items (id BIGINT PRIMARY KEY, value TEXT NOT NULL);
+    let (_pg, client) = server_with(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, value TEXT NOT NULL);
              INSERT INTO items VALUES (1, 'before fencing');
              ALTER TABLE items ADD COLUMN fence BIGINT;",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let update = FencedUpdate::new("items", "id", "fence", &["value"])
         .unwrap()
         .prepare(&client)
@@ -281,19 +277,15 @@ async fn a_server_error_names_the_servers_message() {
 /// trigger that deletes the row at the end of every UPDATE of the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
-    let pg = PgServer::start().await.unwrap();
-    let client = pg.client().await.unwrap();
-    client
-        .batch_execute(
-            "CREATE TABLE docs (id BIGINT PRIMARY KEY, body TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
+    let (_pg, client) = server_with(
+        "CREATE TABLE docs (id BIGINT PRIMARY KEY, body TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
              INSERT INTO docs VALUES (1, 'newer', 10);
              CREATE FUNCTION delete_doc() RETURNS trigger LANGUAGE plpgsql AS
                $$ BEGIN DELETE FROM docs WHERE id = 1; RETURN NULL; END $$;
              CREATE TRIGGER delete_after_update AFTER UPDATE ON docs
                FOR EACH STATEMENT EXECUTE FUNCTION delete_doc();",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let update = FencedUpdate::new("docs", "id", "fence", &["body"])
         .unwrap()
         .prepare(&client)
@@ -319,15 +311,11 @@ async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
 /// statement's own snapshot still shows the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_by_a_concurrent_raise_names_the_new_fence() {
-    let pg = PgServer::start().await.unwrap();
-    let mut newer_client = pg.client().await.unwrap();
-    newer_client
-        .batch_execute(
-            "CREATE TABLE slots (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 3);
+    let (pg, mut newer_client) = server_with(
+        "CREATE TABLE slots (id BIGINT PRIMARY KEY, value TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 3);
              INSERT INTO slots (id, value) VALUES (1, 'initial');",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let update = FencedUpdate::new("slots", "id", "fence", &["value"]).unwrap();
     // The newer writer raises the fence to 10 and keeps its transaction open.
     let tx = newer_client.transaction().await.unwrap();
@@ -377,15 +365,12 @@ async fn a_refusal_by_a_concurrent_raise_names_the_new_fence() {
 /// until a bound admit binds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_gate_refuses_another_sources_token() {
-    let pg = PgServer::start().await.unwrap();
-    let client = Arc::new(pg.client().await.unwrap());
-    client
-        .batch_execute(
-            "CREATE TABLE fencing_marks (resource TEXT PRIMARY KEY, mark BIGINT NOT NULL CHECK (mark >= 0));
+    let (_pg, client) = server_with(
+        "CREATE TABLE fencing_marks (resource TEXT PRIMARY KEY, mark BIGINT NOT NULL CHECK (mark >= 0));
              INSERT INTO fencing_marks VALUES ('old', 4);",
-        )
-        .await
-        .unwrap();
+    )
+    .await;
+    let client = Arc::new(client);
     let gate = PgGate::new(client.clone(), "fencing_marks").await.unwrap();
     let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
     let r = ResourceName::new("orders").unwrap();
