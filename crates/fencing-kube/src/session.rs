@@ -35,6 +35,9 @@ pub(crate) struct KubeGrant {
     state: Arc<AsyncMutex<Held>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    /// How long a release keeps retrying a failed write: the lease
+    /// duration, after which any candidate may take the Lease over anyway.
+    release_for: std::time::Duration,
 }
 
 impl KubeGrant {
@@ -71,6 +74,7 @@ impl KubeGrant {
             state,
             stop,
             task,
+            release_for: timings.lease_duration,
         }
     }
 }
@@ -88,30 +92,58 @@ impl GrantBackend for KubeGrant {
     /// resourceVersion as the precondition. A Lease someone else has taken
     /// meanwhile (409 and no longer naming us) means the grant was already
     /// lost, which is not an error for a release.
+    ///
+    /// A Lease has no expiry at the server: a record a failed release left
+    /// naming us stays, and `holder()` reports it, until a candidate takes
+    /// it over. So a write that failed (a timeout, a partition, an
+    /// apiserver restarting, even a 403 while a restarted apiserver's
+    /// authorizer reloads its Roles) is retried for up to the lease
+    /// duration, also when the grant was already lost; the precondition
+    /// keeps a late retry from clearing anyone else's record.
     async fn release(self: Box<Self>) -> Result<()> {
         self.stop.cancel();
         let mut held = self.state.lock().await;
-        let name = held.key.name.clone();
-        for _ in 0..3 {
-            let next = released_lease(held.lease.clone(), SystemTime::now());
-            match self.leases.replace(&next).await {
-                Ok(_) => {
-                    tracing::debug!(lease = %name, token = %held.token, "kube grant released");
-                    return Ok(());
-                }
-                Err(Failure::NotFound) => return Ok(()),
-                Err(Failure::Conflict) => match self.leases.get(&name).await? {
-                    Some(lease) if LeaseView::of(&lease).names(&held.key) => held.lease = lease,
-                    _ => return Ok(()),
-                },
-                Err(f) => return Err(f.into_error(self.leases.call("release", &name))),
+        let give_up = Instant::now() + self.release_for;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            let error = match clear(&self.leases, &mut held).await {
+                Ok(()) => return Ok(()),
+                Err(e @ Error::Config(_)) => return Err(e),
+                Err(e) => e,
+            };
+            if Instant::now() + pause >= give_up {
+                return Err(error);
             }
+            tracing::warn!(lease = %held.key.name, error = %error, retry_in = ?pause, "kube release failed; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
         }
-        Err(Error::backend(
-            self.leases.call("release", &name).to_string(),
-            "the Lease kept changing under the release",
-        ))
     }
+}
+
+/// One attempt to write the released record: done when written, when the
+/// Lease is gone, or when it no longer names this grant.
+async fn clear(leases: &Leases, held: &mut Held) -> Result<()> {
+    let name = held.key.name.clone();
+    for _ in 0..3 {
+        let next = released_lease(held.lease.clone(), SystemTime::now());
+        match leases.replace(&next).await {
+            Ok(_) => {
+                tracing::debug!(lease = %name, token = %held.token, "kube grant released");
+                return Ok(());
+            }
+            Err(Failure::NotFound) => return Ok(()),
+            Err(Failure::Conflict) => match leases.get(&name).await? {
+                Some(lease) if LeaseView::of(&lease).names(&held.key) => held.lease = lease,
+                _ => return Ok(()),
+            },
+            Err(f) => return Err(f.into_error(leases.call("release", &name))),
+        }
+    }
+    Err(Error::backend(
+        leases.call("release", &name).to_string(),
+        "the Lease kept changing under the release",
+    ))
 }
 
 /// How one renewal ended, when it did not succeed.

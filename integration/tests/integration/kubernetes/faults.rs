@@ -149,6 +149,34 @@ async fn etcd_restart_while_held() {
     held_across(Bounce::Etcd).await;
 }
 
+/// A release sent while the apiserver is down is retried once it is back,
+/// rather than leaving the Lease naming a holder that is gone: a Lease has
+/// no expiry at the server, so the record would stay until another
+/// candidate took it over (a campaign's hygiene check found one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back() {
+    let mut f = KubeFixture::start().await;
+    let a = patient_source(&f).await;
+    let lock = r("released-late");
+    let opts = AcquireOptions::new().timeout(Duration::from_secs(30));
+    let g = a.acquire(&lock, &opts).await.unwrap();
+    f.cluster_mut().stop_apiserver().await;
+    let release = tokio::spawn(g.release());
+    // Its first write has failed (connection refused) by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !release.is_finished(),
+        "the release gave up while the apiserver was down"
+    );
+    f.cluster_mut().start_apiserver().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(40), release)
+        .await
+        .expect("the release ended within the lease duration")
+        .unwrap()
+        .expect("the release cleared the Lease");
+    assert_eq!(a.holder(&lock).await.unwrap(), None);
+}
+
 /// Four candidates, five rounds each, every holder writes through a gate
 /// twice; candidate 0 is cut off from the apiserver while holding in its
 /// second round and writes again with its old token after it healed. The
