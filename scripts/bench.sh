@@ -52,12 +52,14 @@ fi
 
 # 2. Many locks held from one source (1, 16 and 256 acquires in flight),
 #    beside the anchor with one session (Go on etcd, Curator on ZooKeeper);
-#    idle CPU of the renewals while they are held.
+#    idle CPU of the renewals while they are held. $runs runs: a CSV row
+#    per run, the charts plot their median.
 if part held; then
     for backend in etcd zk; do
         name=$backend; [ "$backend" = zk ] && name=ZooKeeper
         csv="$out/$backend-held.csv"
-        bench "$backend-held" "$bin/held-bench" --backend "$backend" --sizes 1,10,100,1000,10000 --csv "$csv"
+        bench "$backend-held" "$bin/held-bench" --backend "$backend" --sizes 1,10,100,1000,10000 \
+            --runs "$runs" --csv "$csv"
         plot --csv "$csv" --x n --y grants_per_s --series series --log-x \
             --title "$name: acquire throughput with N locks held (side, acquires in flight)" \
             --x-label "locks held at once" --y-label "grants/s" --out "$out/$backend-held-throughput.svg"
@@ -71,13 +73,14 @@ if part held; then
 fi
 
 # 3. Hand-over down a queue of 1..256 waiters on one lock, each backend
-#    beside its anchor (Kubernetes up to 64: every waiter polls).
+#    beside its anchor (Kubernetes up to 64: every waiter polls); $runs
+#    runs per W, the sides taking turns to go first.
 if part waiters; then
     for backend in etcd zk kube; do
         counts=1,4,16,64,256
         [ "$backend" = kube ] && counts=1,4,16,64
         bench "$backend-waiters" "$bin/waiter-bench" --backend "$backend" --counts "$counts" \
-            --csv "$out/$backend-waiters.csv"
+            --runs "$runs" --csv "$out/$backend-waiters.csv"
         plot --csv "$out/$backend-waiters.csv" --x waiters --y gap_us --series side --log-x \
             --title "$backend: hand-over gap with W waiters queued" \
             --x-label "waiters" --y-label "µs between grants (median)" --out "$out/$backend-waiters-gap.svg"

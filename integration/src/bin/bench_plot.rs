@@ -1,5 +1,7 @@
 //! bench-plot: one SVG line chart from a benchmark CSV (header row, plain
 //! comma-separated fields), one curve per value of the `--series` column.
+//! Rows of one curve that share an x (one per run) make one point, their
+//! median.
 //!
 //! Usage: bench-plot --csv F --x COL --y COL --series COL --title T
 //!                   [--x-label L] [--y-label L] [--log-x] --out F.svg
@@ -8,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use fencing_integration::bench::median;
 use fencing_integration::plot::{Chart, Series};
 
 #[derive(clap::Parser)]
@@ -84,11 +87,38 @@ fn run(args: &Args) -> Result<(), String> {
         log_x: args.log_x,
         series: curves
             .into_iter()
-            .map(|(name, mut points)| {
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                Series { name, points }
+            .map(|(name, points)| Series {
+                name,
+                points: medians(points),
             })
             .collect(),
     };
     std::fs::write(&args.out, chart.to_svg()).map_err(|e| format!("{}: {e}", args.out.display()))
+}
+
+/// The points in x order, one per x: the median of the y values that
+/// share it.
+fn medians(mut points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|same_x| (same_x[0].0, median(same_x.iter().map(|p| p.1).collect())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::medians;
+
+    #[test]
+    fn rows_sharing_an_x_make_one_point_at_their_median() {
+        let points = vec![
+            (10.0, 5.0),
+            (1.0, 2.0),
+            (10.0, 1.0),
+            (10.0, 9.0),
+            (1.0, 4.0),
+        ];
+        assert_eq!(medians(points), vec![(1.0, 3.0), (10.0, 5.0)]);
+    }
 }

@@ -5,7 +5,7 @@
 //! CuratorFramework, `curator-mutex.jar held`).
 //!
 //! Usage: held-bench [--backend etcd|zk] [--sizes 10,100,1000,10000]
-//! [--in-flight 1,16,256] [--idle-secs 10] [--csv FILE]
+//! [--in-flight 1,16,256] [--idle-secs 10] [--runs R] [--csv FILE]
 //!
 //! Each side runs in a process of its own, started afresh for every point,
 //! so memory and CPU time are that side's alone: the anchor's `held`
@@ -46,13 +46,16 @@
 //! at the last F three times on one source: memory after the third release
 //! should be within 10 % of the second (memory comes back; the first cycle
 //! raises the allocator's high-water mark). Figures are printed, not
-//! asserted. The CSV has one row per N, F and side: n, in_flight, side,
+//! asserted. With `--runs R` every point is measured R times over (run
+//! after run on the same cluster) and the ratios' min / median / max over
+//! the runs close the output. The CSV has one row per N, F, side and run:
+//! n, in_flight, side,
 //! series ("side F", for one curve per side and F), grants_per_s,
 //! kb_per_grant, streams, watchers, host_busy_pct (the whole host's, other
 //! load included, from /proc/stat: coarse under 1 s), client_cpu_us_per_grant,
 //! server_cpu_us_per_grant, idle_cpu_ms_per_s, idle_server_cpu_ms_per_s,
-//! idle_keepalives; the idle figures, measured once per N and side, are
-//! repeated on each of that N's rows.
+//! idle_keepalives, run; the idle figures, measured once per N and side,
+//! are repeated on each of that N's rows.
 //!
 //! Limits on etcd, on the 2-core host the members and both sides share:
 //! with one acquire in flight every grant waits for its own raft commit,
@@ -84,7 +87,7 @@ use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use fencing_integration::bench::{main_with, next_event, BoxError};
+use fencing_integration::bench::{main_with, median, next_event, BoxError};
 use fencing_integration::process::die_with_parent;
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -124,7 +127,11 @@ struct Args {
     /// The idle window over which each side's CPU time is measured, per N.
     #[arg(long = "idle-secs", default_value = "10")]
     idle_secs: NonZeroUsize,
-    /// Also write one CSV row per N, in-flight count and side here.
+    /// Times the whole set of points is measured (on the same cluster);
+    /// above 1, the ratios' min / median / max are printed at the end.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    runs: u16,
+    /// Also write one CSV row per N, in-flight count, side and run here.
     #[arg(long)]
     csv: Option<std::path::PathBuf>,
 }
@@ -184,19 +191,193 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
-    let rust = std::env::current_exe()?;
-    let idle = Duration::from_secs(args.idle_secs.get() as u64);
     let in_flights: Vec<usize> = args.in_flight.iter().map(|f| f.get()).collect();
     let sizes: Vec<usize> = args.sizes.iter().map(|n| n.get()).collect();
-    let largest = *sizes.iter().max().unwrap_or(&0);
-    let last_f = *in_flights.last().unwrap_or(&1);
     let cluster = Cluster::start(args.backend).await?;
-    let members = Members::find(cluster.dir(), cluster.member_count())?;
+    let bench = Bench {
+        rust: std::env::current_exe()?,
+        idle: Duration::from_secs(args.idle_secs.get() as u64),
+        largest: *sizes.iter().max().unwrap_or(&0),
+        last_f: *in_flights.last().unwrap_or(&1),
+        members: Members::find(cluster.dir(), cluster.member_count())?,
+        in_flights,
+        cluster,
+    };
     println!(
-        "held-bench: {}, idle window {} s at {last_f} in flight",
-        cluster.describe(),
-        idle.as_secs()
+        "held-bench: {}, idle window {} s at {} in flight, {} run(s)",
+        bench.cluster.describe(),
+        bench.idle.as_secs(),
+        bench.last_f,
+        args.runs
     );
+    print_header();
+    let mut csv = args.csv.as_ref().map(std::fs::File::create).transpose()?;
+    if let Some(f) = csv.as_mut() {
+        writeln!(
+            f,
+            "n,in_flight,side,series,grants_per_s,kb_per_grant,streams,watchers,\
+             host_busy_pct,client_cpu_us_per_grant,server_cpu_us_per_grant,\
+             idle_cpu_ms_per_s,idle_server_cpu_ms_per_s,idle_keepalives,run"
+        )?;
+    }
+    let mut ratios = Ratios::default();
+    for run in 1..=args.runs {
+        for &n in &sizes {
+            let rows = bench.size(n, &mut ratios).await?;
+            if let Some(file) = csv.as_mut() {
+                rows.write_csv(file, n, run, &bench.cluster)?;
+            }
+        }
+    }
+    if args.runs > 1 {
+        ratios.print(args.runs, bench.cluster.anchor_name());
+    }
+    Ok(())
+}
+
+/// What every point of a run shares.
+struct Bench {
+    /// This binary, re-run as the Rust side's child.
+    rust: std::path::PathBuf,
+    cluster: Cluster,
+    members: Members,
+    in_flights: Vec<usize>,
+    idle: Duration,
+    largest: usize,
+    last_f: usize,
+}
+
+/// One N's figures: a row per in-flight count and side, and each side's
+/// idle window.
+struct SizeRows {
+    rows: Vec<(usize, Side, Figures)>,
+    idles: Vec<(Side, Idle)>,
+}
+
+impl Bench {
+    /// Every in-flight count at `n`, both sides; prints the rows and the
+    /// ratios (also kept in `ratios`).
+    async fn size(&self, n: usize, ratios: &mut Ratios) -> Result<SizeRows, BoxError> {
+        let cluster = &self.cluster;
+        let mut out = SizeRows {
+            rows: Vec::new(),
+            idles: Vec::new(),
+        };
+        for &f in &self.in_flights {
+            let mut pair = Vec::new();
+            for side in [Side::Anchor, Side::Rust] {
+                let last = n == self.largest && f == self.last_f;
+                let point = Point {
+                    n,
+                    in_flight: f,
+                    cycles: if side == Side::Rust && last { 3 } else { 1 },
+                    idle: (f == self.last_f).then_some(self.idle),
+                };
+                let (figs, idle_fig) =
+                    run_side(&self.rust, side, cluster, &self.members, &point).await?;
+                print_row(n, f, side.name(cluster), &figs[0], idle_fig.as_ref());
+                if let Some(i) = idle_fig {
+                    out.idles.push((side, i));
+                }
+                if figs.len() == 3 {
+                    for (name, fig) in ["rust2", "rust3"].iter().zip(&figs[1..]) {
+                        print_row(n, f, name, fig, None);
+                    }
+                    // Memory comes back when a later cycle ends where an
+                    // earlier one did: the allocator keeps what the first
+                    // cycle touched, so the second and third are compared.
+                    println!(
+                        "held-bench: N={n} RSS after the third release / after the second {:.2}",
+                        figs[2].rss_after_kb / figs[1].rss_after_kb
+                    );
+                }
+                pair.push(figs.into_iter().next().ok_or("no figures")?);
+            }
+            let (ours, anchor) = (&pair[1], &pair[0]);
+            let grants = ours.grants_per_s / anchor.grants_per_s;
+            let memory = ours.kb_per_grant / anchor.kb_per_grant.max(0.001);
+            println!(
+                "held-bench: N={n} F={f} grants/s ratio {grants:.2}, memory per grant ratio {memory:.2} (rust / {})",
+                cluster.anchor_name(),
+            );
+            ratios.add(format!("N={n} F={f} grants/s"), grants);
+            ratios.add(format!("N={n} F={f} memory per grant"), memory);
+            let mut pair = pair.into_iter();
+            for side in [Side::Anchor, Side::Rust] {
+                out.rows.push((f, side, pair.next().ok_or("missing side")?));
+            }
+        }
+        if let (Some(g), Some(r)) = (out.idle(Side::Anchor), out.idle(Side::Rust)) {
+            print_idle(n, &r, &g, cluster.anchor_name());
+            if g.cpu_ms_per_s > 0.0 {
+                ratios.add(format!("N={n} idle CPU"), r.cpu_ms_per_s / g.cpu_ms_per_s);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl SizeRows {
+    fn idle(&self, side: Side) -> Option<Idle> {
+        self.idles.iter().find(|(s, _)| *s == side).map(|(_, i)| *i)
+    }
+
+    fn write_csv(
+        &self,
+        file: &mut std::fs::File,
+        n: usize,
+        run: u16,
+        cluster: &Cluster,
+    ) -> Result<(), BoxError> {
+        for (f, side, fig) in &self.rows {
+            let i = self.idle(*side);
+            writeln!(
+                file,
+                "{n},{f},{s},{s} {f},{:.0},{:.3},{},{},{:.0},{:.1},{:.1},{},{},{},{run}",
+                fig.grants_per_s,
+                fig.kb_per_grant,
+                fig.streams,
+                fig.watchers,
+                fig.host_busy_pct,
+                fig.client_us_per_grant,
+                fig.server_us_per_grant,
+                i.map_or(String::new(), |i| format!("{:.3}", i.cpu_ms_per_s)),
+                i.map_or(String::new(), |i| format!("{:.2}", i.server_ms_per_s)),
+                i.map_or(String::new(), |i| i.keepalives.to_string()),
+                s = side.name(cluster),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Every ratio (ours / the anchor's) by what it compares, one value per
+/// run, in the order first seen.
+#[derive(Default)]
+struct Ratios(Vec<(String, Vec<f64>)>);
+
+impl Ratios {
+    fn add(&mut self, what: String, ratio: f64) {
+        match self.0.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, v)) => v.push(ratio),
+            None => self.0.push((what, vec![ratio])),
+        }
+    }
+
+    fn print(&self, runs: u16, anchor: &str) {
+        println!("held-bench: rust / {anchor} over {runs} runs, min / median / max:");
+        for (what, v) in &self.0 {
+            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            println!(
+                "held-bench:   {what}: {min:.2} / {:.2} / {max:.2}",
+                median(v.clone())
+            );
+        }
+    }
+}
+
+fn print_header() {
     println!(
         "{:>6} {:>5} {:>5} {:>8} {:>8} {:>11} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>9}",
         "N",
@@ -213,107 +394,25 @@ async fn run(args: Args) -> Result<(), BoxError> {
         "keepal",
         "RSS after"
     );
-    let mut csv = args.csv.as_ref().map(std::fs::File::create).transpose()?;
-    if let Some(f) = csv.as_mut() {
-        writeln!(
-            f,
-            "n,in_flight,side,series,grants_per_s,kb_per_grant,streams,watchers,\
-             host_busy_pct,client_cpu_us_per_grant,server_cpu_us_per_grant,\
-             idle_cpu_ms_per_s,idle_server_cpu_ms_per_s,idle_keepalives"
-        )?;
-    }
-    for &n in &sizes {
-        let mut rows: Vec<(usize, Side, Figures)> = Vec::new();
-        let mut idles: Vec<(Side, Idle)> = Vec::new();
-        for &f in &in_flights {
-            let measure_idle = (f == last_f).then_some(idle);
-            let mut pair = Vec::new();
-            for side in [Side::Anchor, Side::Rust] {
-                let cycles = if side == Side::Rust && n == largest && f == last_f {
-                    3
-                } else {
-                    1
-                };
-                let point = Point {
-                    n,
-                    in_flight: f,
-                    cycles,
-                    idle: measure_idle,
-                };
-                let (figs, idle_fig) = run_side(&rust, side, &cluster, &members, &point).await?;
-                print_row(n, f, side.name(&cluster), &figs[0], idle_fig.as_ref());
-                if let Some(i) = idle_fig {
-                    idles.push((side, i));
-                }
-                if figs.len() == 3 {
-                    for (name, fig) in ["rust2", "rust3"].iter().zip(&figs[1..]) {
-                        print_row(n, f, name, fig, None);
-                    }
-                    // Memory comes back when a later cycle ends where an
-                    // earlier one did: the allocator keeps what the first
-                    // cycle touched, so the second and third are compared.
-                    println!(
-                        "held-bench: N={n} RSS after the third release / after the second {:.2}",
-                        figs[2].rss_after_kb / figs[1].rss_after_kb
-                    );
-                }
-                let first = figs.into_iter().next().ok_or("no figures")?;
-                pair.push(first);
-            }
-            let (ours, anchor) = (&pair[1], &pair[0]);
-            println!(
-                "held-bench: N={n} F={f} grants/s ratio {:.2}, memory per grant ratio {:.2} (rust / {})",
-                ours.grants_per_s / anchor.grants_per_s,
-                ours.kb_per_grant / anchor.kb_per_grant.max(0.001),
-                cluster.anchor_name(),
-            );
-            let mut pair = pair.into_iter();
-            for side in [Side::Anchor, Side::Rust] {
-                rows.push((f, side, pair.next().ok_or("missing side")?));
-            }
-        }
-        let idle_of = |side: Side| idles.iter().find(|(s, _)| *s == side).map(|(_, i)| *i);
-        if let (Some(g), Some(r)) = (idle_of(Side::Anchor), idle_of(Side::Rust)) {
-            // The anchors' CPU clocks tick in 10 ms: no tick in the window
-            // is no figure to divide by.
-            let ratio = if g.cpu_ms_per_s > 0.0 {
-                format!("ratio {:.2}", r.cpu_ms_per_s / g.cpu_ms_per_s)
-            } else {
-                "no ratio: the anchor's 10 ms CPU clock did not tick".to_string()
-            };
-            println!(
-                "held-bench: N={n} idle CPU ms/s rust {:.2} {a} {:.2} ({ratio}), servers meanwhile {:.1} / {:.1}, keep-alive requests rust {} {a} {}",
-                r.cpu_ms_per_s,
-                g.cpu_ms_per_s,
-                r.server_ms_per_s,
-                g.server_ms_per_s,
-                r.keepalives,
-                g.keepalives,
-                a = cluster.anchor_name(),
-            );
-        }
-        if let Some(file) = csv.as_mut() {
-            for (f, side, fig) in &rows {
-                let i = idle_of(*side);
-                writeln!(
-                    file,
-                    "{n},{f},{s},{s} {f},{:.0},{:.3},{},{},{:.0},{:.1},{:.1},{},{},{}",
-                    fig.grants_per_s,
-                    fig.kb_per_grant,
-                    fig.streams,
-                    fig.watchers,
-                    fig.host_busy_pct,
-                    fig.client_us_per_grant,
-                    fig.server_us_per_grant,
-                    i.map_or(String::new(), |i| format!("{:.3}", i.cpu_ms_per_s)),
-                    i.map_or(String::new(), |i| format!("{:.2}", i.server_ms_per_s)),
-                    i.map_or(String::new(), |i| i.keepalives.to_string()),
-                    s = side.name(&cluster),
-                )?;
-            }
-        }
-    }
-    Ok(())
+}
+
+fn print_idle(n: usize, r: &Idle, g: &Idle, anchor: &str) {
+    // The anchors' CPU clocks tick in 10 ms: no tick in the window is no
+    // figure to divide by.
+    let ratio = if g.cpu_ms_per_s > 0.0 {
+        format!("ratio {:.2}", r.cpu_ms_per_s / g.cpu_ms_per_s)
+    } else {
+        "no ratio: the anchor's 10 ms CPU clock did not tick".to_string()
+    };
+    println!(
+        "held-bench: N={n} idle CPU ms/s rust {:.2} {anchor} {:.2} ({ratio}), servers meanwhile {:.1} / {:.1}, keep-alive requests rust {} {anchor} {}",
+        r.cpu_ms_per_s,
+        g.cpu_ms_per_s,
+        r.server_ms_per_s,
+        g.server_ms_per_s,
+        r.keepalives,
+        g.keepalives,
+    );
 }
 
 fn print_row(n: usize, f: usize, side: &str, fig: &Figures, idle: Option<&Idle>) {

@@ -1,7 +1,7 @@
 //! waiter-bench: how a hand-over's cost grows with the queue, on one real
 //! cluster, ours beside the backend's reference lock (the "anchor").
 //!
-//! Usage: waiter-bench [--backend etcd|zk|kube] [--counts 1,4,16,64,256] [--csv FILE]
+//! Usage: waiter-bench [--backend etcd|zk|kube] [--counts 1,4,16,64,256] [--runs N] [--csv FILE]
 //!
 //! For each W in `--counts`, a holder takes the lock, W waiters (each its
 //! own session) queue behind it, and the holder releases. The lock then
@@ -9,8 +9,11 @@
 //! Reported per side and W: the median gap between consecutive grants (the
 //! first measured from the holder's release), the time from the release to
 //! the last grant, and the requests the servers received per hand-over,
-//! read just before the release and after the last grant. Figures are
-//! printed, not asserted.
+//! read just before the release and after the last grant. With `--runs N`
+//! each side is measured N times per W (the side that goes first
+//! alternating, so drift of the machine hits both) and the table gives the
+//! median with min-max, and the ratio's min / median / max over the paired
+//! runs. Figures are printed, not asserted.
 //!
 //! - etcd (3.6, 3 members): EtcdSource, one per waiter, vs Go's
 //!   `concurrency.Mutex` (`etcd-mutex waiters`, one client, a session per
@@ -27,8 +30,9 @@
 //!
 //! `--csv FILE` writes one row per W and side; one run covers one backend,
 //! so keep one file per backend. Columns:
-//! `backend,waiters,side,gap_us,chain_ms,requests_per_handover`, with side
-//! `rust` or the anchor's language (`go` for etcd and kube, `java` for zk).
+//! `backend,waiters,side,gap_us,chain_ms,requests_per_handover,runs,gap_us_min,gap_us_max,requests_min,requests_max`
+//! (medians over the runs, then their spread), with side `rust` or the
+//! anchor's language (`go` for etcd and kube, `java` for zk).
 
 // A crate root's modules would live beside it in src/bin/, shared by every
 // binary there; these are waiter-bench's own (Cargo.toml stays as it was).
@@ -47,7 +51,7 @@ use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use fencing_integration::bench::{main_with, next_event, BoxError, OP_TIMEOUT};
+use fencing_integration::bench::{main_with, median, next_event, BoxError, OP_TIMEOUT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Bounds queueing W waiters, and the whole chain of W hand-overs.
@@ -71,6 +75,9 @@ struct Args {
     /// The queue lengths, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
     counts: Vec<NonZeroUsize>,
+    /// Measurements of each side per W.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    runs: u16,
     /// Also write one CSV row per W and side here.
     #[arg(long)]
     csv: Option<PathBuf>,
@@ -105,7 +112,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         Backend::Zk => ("zk", "java"),
         Backend::Kube => ("kube", "go"),
     };
-    let mut report = Report::new(name, anchor, args.csv.as_deref())?;
+    let mut report = Report::new(name, anchor, usize::from(args.runs), args.csv.as_deref())?;
     match args.backend {
         Backend::Etcd => etcd::run(&counts, &mut report).await,
         Backend::Zk => zk::run(&counts, &mut report).await,
@@ -113,10 +120,47 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
 }
 
+/// Measures both sides at one W `report.runs` times, the side that goes
+/// first alternating from run to run, and reports them.
+async fn measure<A, FA, R, FR>(
+    report: &mut Report,
+    w: usize,
+    mut anchor: A,
+    mut rust: R,
+) -> Result<(), BoxError>
+where
+    A: FnMut() -> FA,
+    FA: Future<Output = Result<Figures, BoxError>>,
+    R: FnMut() -> FR,
+    FR: Future<Output = Result<Figures, BoxError>>,
+{
+    let (mut a, mut r) = (Vec::new(), Vec::new());
+    for run in 0..report.runs {
+        if run % 2 == 0 {
+            a.push(anchor().await?);
+            r.push(rust().await?);
+        } else {
+            r.push(rust().await?);
+            a.push(anchor().await?);
+        }
+    }
+    report.rows(w, &a, &r)
+}
+
+/// Min, median and max of one figure over the runs.
+fn spread(runs: &[Figures], figure: impl Fn(&Figures) -> f64) -> (f64, f64, f64) {
+    let v: Vec<f64> = runs.iter().map(figure).collect();
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (min, median(v), max)
+}
+
 /// The table on stdout and the optional CSV file.
 struct Report {
     backend: &'static str,
     anchor: &'static str,
+    /// Measurements of each side per W.
+    runs: usize,
     csv: Option<File>,
 }
 
@@ -124,52 +168,86 @@ impl Report {
     fn new(
         backend: &'static str,
         anchor: &'static str,
+        runs: usize,
         csv: Option<&std::path::Path>,
     ) -> Result<Report, BoxError> {
         let mut csv = csv.map(File::create).transpose()?;
         if let Some(f) = csv.as_mut() {
             writeln!(
                 f,
-                "backend,waiters,side,gap_us,chain_ms,requests_per_handover"
+                "backend,waiters,side,gap_us,chain_ms,requests_per_handover,runs,gap_us_min,gap_us_max,requests_min,requests_max"
             )?;
         }
         Ok(Report {
             backend,
             anchor,
+            runs,
             csv,
         })
     }
 
     /// The title line (what runs, who is compared) and the table header.
     fn title(&self, what: &str) {
-        println!("waiter-bench: {what}");
         println!(
-            "{:>5} {:>5} {:>12} {:>10} {:>14}",
+            "waiter-bench: {what}; {} run(s) per side and W, medians (min-max)",
+            self.runs
+        );
+        println!(
+            "{:>5} {:>5} {:>22} {:>10} {:>20}",
             "W", "side", "gap µs", "chain ms", "requests/hand"
         );
     }
 
-    /// The rows of one W, and the ratios.
-    fn rows(&mut self, w: usize, anchor: &Figures, rust: &Figures) -> Result<(), BoxError> {
-        for (side, fig) in [(self.anchor, anchor), ("rust", rust)] {
+    /// The rows of one W (medians over the runs, with their spread), and
+    /// the ratios.
+    fn rows(&mut self, w: usize, anchor: &[Figures], rust: &[Figures]) -> Result<(), BoxError> {
+        for (side, runs) in [(self.anchor, anchor), ("rust", rust)] {
+            let gap = spread(runs, |f| f.gap_us);
+            let req = spread(runs, |f| f.requests);
+            let chain = spread(runs, |f| f.chain_ms).1;
             println!(
-                "{w:>5} {side:>5} {:>12.0} {:>10.1} {:>14.2}",
-                fig.gap_us, fig.chain_ms, fig.requests
+                "{w:>5} {side:>5} {:>8.0} ({:>5.0}-{:<6.0}) {chain:>10.1} {:>6.2} ({:>5.2}-{:<5.2})",
+                gap.1, gap.0, gap.2, req.1, req.0, req.2
             );
             if let Some(f) = self.csv.as_mut() {
                 writeln!(
                     f,
-                    "{},{w},{side},{:.0},{:.1},{:.2}",
-                    self.backend, fig.gap_us, fig.chain_ms, fig.requests
+                    "{},{w},{side},{:.0},{chain:.1},{:.2},{},{:.0},{:.0},{:.2},{:.2}",
+                    self.backend,
+                    gap.1,
+                    req.1,
+                    runs.len(),
+                    gap.0,
+                    gap.2,
+                    req.0,
+                    req.2
                 )?;
                 f.flush()?;
             }
         }
+        let paired: Vec<Figures> = rust
+            .iter()
+            .zip(anchor)
+            .map(|(r, a)| Figures {
+                gap_us: r.gap_us / a.gap_us,
+                chain_ms: r.chain_ms / a.chain_ms,
+                requests: r.requests / a.requests,
+            })
+            .collect();
+        let (gap, req) = (
+            spread(&paired, |f| f.gap_us),
+            spread(&paired, |f| f.requests),
+        );
         println!(
-            "waiter-bench: W={w} gap ratio {:.2}, requests ratio {:.2} (rust / {})",
-            rust.gap_us / anchor.gap_us,
-            rust.requests / anchor.requests,
-            self.anchor
+            "waiter-bench: W={w} rust / {}, min / median / max over {} paired runs: gap {:.2} / {:.2} / {:.2}, requests {:.2} / {:.2} / {:.2}",
+            self.anchor,
+            paired.len(),
+            gap.0,
+            gap.1,
+            gap.2,
+            req.0,
+            req.1,
+            req.2
         );
         Ok(())
     }

@@ -14,7 +14,8 @@ use fencing_integration::cache::cached_bin;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 
 use super::{
-    anchor_side, figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE,
+    anchor_side, figures, measure, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE,
+    SETTLE,
 };
 
 const TTL: Duration = Duration::from_secs(60);
@@ -32,9 +33,14 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
     let cluster = EtcdCluster::start(EtcdVersion::V3_6, 3).await?;
     report.title("etcd 3.6, 3 members, EtcdSource vs Go concurrency.Mutex");
     for &w in counts {
-        let go_fig = go_side(&go, &cluster, w).await?;
-        let rust = rust_side(&cluster, w).await?;
-        report.rows(w, &go_fig, &rust)?;
+        let (go, cluster) = (&go, &cluster);
+        measure(
+            report,
+            w,
+            || go_side(go, cluster, w),
+            || rust_side(cluster, w),
+        )
+        .await?;
     }
     Ok(())
 }

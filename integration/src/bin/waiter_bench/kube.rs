@@ -35,7 +35,7 @@ use fencing_integration::Reaped;
 use fencing_kube::KubeLeaseSource;
 use rustix::process::Signal;
 
-use super::{figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT};
+use super::{figures, measure, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT};
 
 const MAX_W: usize = 64;
 /// After the waiters started and before the release: four retry periods,
@@ -56,12 +56,8 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
             println!("waiter-bench: W={w} skipped: kube runs at most W={MAX_W}");
             continue;
         }
-        let (go, go_verbs) = go_side(&f, &elector, w).await?;
-        let (rust, rust_verbs) = rust_side(&f, w).await?;
-        report.rows(w, &go, &rust)?;
-        println!(
-            "waiter-bench: W={w} lease requests by verb: go {go_verbs:?}, rust {rust_verbs:?}"
-        );
+        let (f, elector) = (&f, &elector);
+        measure(report, w, || go_side(f, elector, w), || rust_side(f, w)).await?;
     }
     Ok(())
 }
@@ -94,23 +90,24 @@ async fn lease_requests(f: &KubeFixture) -> Result<BTreeMap<String, f64>, BoxErr
     Ok(by_verb)
 }
 
-/// Requests between two readings: the total, and by verb.
+/// Requests between two readings of `side`'s run at `w`: printed by verb,
+/// returned in total.
 fn delta(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
-) -> (f64, BTreeMap<String, f64>) {
+    side: &str,
+    w: usize,
+) -> f64 {
     let verbs: BTreeMap<String, f64> = after
         .iter()
         .map(|(v, n)| (v.clone(), n - before.get(v).copied().unwrap_or(0.0)))
         .filter(|(_, n)| *n > 0.0)
         .collect();
-    (verbs.values().sum(), verbs)
+    println!("waiter-bench: W={w} {side} lease requests by verb: {verbs:?}");
+    verbs.values().sum()
 }
 
-async fn rust_side(
-    f: &KubeFixture,
-    w: usize,
-) -> Result<(Figures, BTreeMap<String, f64>), BoxError> {
+async fn rust_side(f: &KubeFixture, w: usize) -> Result<Figures, BoxError> {
     let lease = ResourceName::new(format!("waiters-rust-{w}"))?;
     let opts = AcquireOptions::new().timeout(PHASE_LIMIT);
     let connect = || async {
@@ -138,8 +135,8 @@ async fn rust_side(
     tokio::time::sleep(SETTLE).await;
     let before = lease_requests(f).await?;
     let granted_us = pass_down(w, async { Ok(held.release().await?) }, &mut queue).await?;
-    let (requests, verbs) = delta(&before, &lease_requests(f).await?);
-    Ok((figures(granted_us, requests), verbs))
+    let requests = delta(&before, &lease_requests(f).await?, "rust", w);
+    Ok(figures(granted_us, requests))
 }
 
 /// A client-go elector with the test timings (lease 3 s, renew 2 s, retry 0.5 s).
@@ -171,11 +168,7 @@ fn until(p: &Reaped, who: &str, want: &str) -> Result<serde_json::Value, BoxErro
     }
 }
 
-async fn go_side(
-    f: &KubeFixture,
-    binary: &std::path::Path,
-    w: usize,
-) -> Result<(Figures, BTreeMap<String, f64>), BoxError> {
+async fn go_side(f: &KubeFixture, binary: &std::path::Path, w: usize) -> Result<Figures, BoxError> {
     let lease = format!("waiters-go-{w}");
     let holder = Reaped::spawn(
         elector(f, binary, &lease, "go-holder").args(["--rounds", "1", "--hold", "600s"]),
@@ -211,8 +204,8 @@ async fn go_side(
             );
         }
     }
-    let (requests, verbs) = delta(&before, &lease_requests(f).await?);
+    let requests = delta(&before, &lease_requests(f).await?, "go", w);
     // Dropping them kills and reaps whatever has not exited yet.
     drop((holder, waiters));
-    Ok((figures(granted_us, requests), verbs))
+    Ok(figures(granted_us, requests))
 }

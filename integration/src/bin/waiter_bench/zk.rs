@@ -25,7 +25,8 @@ use fencing_integration::zk::ensemble::{ZkEnsemble, ZkOptions, ZkVersion};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 use super::{
-    anchor_side, figures, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE, SETTLE,
+    anchor_side, figures, measure, pass_down, Figures, Report, OP_TIMEOUT, PHASE_LIMIT, RESOURCE,
+    SETTLE,
 };
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,9 +51,14 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
         servers.version().release()
     ));
     for &w in counts {
-        let java = java_side(&jar, &servers, w).await?;
-        let rust = rust_side(&servers, w).await?;
-        report.rows(w, &java, &rust)?;
+        let (jar, servers) = (&jar, &servers);
+        measure(
+            report,
+            w,
+            || java_side(jar, servers, w),
+            || rust_side(servers, w),
+        )
+        .await?;
     }
     Ok(())
 }
