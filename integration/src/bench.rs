@@ -51,6 +51,12 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Min, median and max of a benchmark's runs (at least one).
+pub fn min_median_max(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[0], median(v.clone()), v[v.len() - 1])
+}
+
 /// The next line of `program`'s output, which must be the JSON event `want`
 /// and come within `limit`.
 pub async fn next_event<R: AsyncBufRead + Unpin>(
@@ -68,4 +74,16 @@ pub async fn next_event<R: AsyncBufRead + Unpin>(
         return Err(format!("{program}: expected {want:?}, got {line}").into());
     }
     Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::min_median_max;
+
+    #[test]
+    fn min_median_max_of_unsorted_runs() {
+        assert_eq!(min_median_max(vec![3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
+        assert_eq!(min_median_max(vec![4.0, 1.0, 2.0, 9.0]), (1.0, 3.0, 9.0));
+        assert_eq!(min_median_max(vec![5.0]), (5.0, 5.0, 5.0));
+    }
 }

@@ -34,7 +34,9 @@ use fencing_integration::member::MemberCluster;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use fencing_integration::bench::{bounded, main_with, median, next_event, BoxError, OP_TIMEOUT};
+use fencing_integration::bench::{
+    bounded, main_with, median, min_median_max, next_event, BoxError, OP_TIMEOUT,
+};
 
 /// Sessions outlive a run: no renewal is ever late.
 const TTL: Duration = Duration::from_secs(60);
@@ -361,14 +363,8 @@ fn print_requests(requests: &BTreeMap<Side, BTreeMap<String, f64>>, cycles: f64)
 
 /// "min a, median b, max c" of a few ratios.
 fn spread(v: &[f64]) -> String {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    format!(
-        "min {:.3}, median {:.3}, max {:.3}",
-        v[0],
-        median(v.clone()),
-        v[v.len() - 1]
-    )
+    let (min, median, max) = min_median_max(v.to_vec());
+    format!("min {min:.3}, median {median:.3}, max {max:.3}")
 }
 
 /// Median and p90 (nearest rank) in µs.

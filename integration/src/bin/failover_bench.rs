@@ -29,7 +29,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use fencing::LeaderTimings;
-use fencing_integration::bench::{main_with, median, BoxError};
+use fencing_integration::bench::{main_with, min_median_max, BoxError};
 use fencing_integration::cache::cache_dir;
 use fencing_integration::etcd::cluster::{EtcdCluster, EtcdVersion};
 use fencing_integration::kubernetes::cluster::{client_go_elector_binary, KubeUser};
@@ -321,13 +321,14 @@ struct Row {
 
 fn report(backend: Backend, side: Side, ttl: Duration, times: Vec<Duration>) -> Row {
     let ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    let (min_ms, median_ms, max_ms) = min_median_max(ms);
     let row = Row {
         backend: backend.name(),
         side: side_name(side),
         ttl_s: ttl.as_secs(),
-        min_ms: ms.iter().copied().fold(f64::INFINITY, f64::min),
-        median_ms: median(ms.clone()),
-        max_ms: ms.iter().copied().fold(0.0, f64::max),
+        min_ms,
+        median_ms,
+        max_ms,
     };
     println!(
         "  {:<4} ttl {:>2} s {:<6}: failover min {:>6.0} / median {:>6.0} / max {:>6.0} ms, median {:.2} x TTL",

@@ -87,7 +87,7 @@ use std::num::NonZeroUsize;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use fencing_integration::bench::{main_with, median, next_event, BoxError};
+use fencing_integration::bench::{main_with, min_median_max, next_event, BoxError};
 use fencing_integration::process::die_with_parent;
 use rustix::process::Signal;
 use serde_json::{json, Value};
@@ -367,12 +367,8 @@ impl Ratios {
     fn print(&self, runs: u16, anchor: &str) {
         println!("held-bench: rust / {anchor} over {runs} runs, min / median / max:");
         for (what, v) in &self.0 {
-            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            println!(
-                "held-bench:   {what}: {min:.2} / {:.2} / {max:.2}",
-                median(v.clone())
-            );
+            let (min, median, max) = min_median_max(v.clone());
+            println!("held-bench:   {what}: {min:.2} / {median:.2} / {max:.2}");
         }
     }
 }

@@ -51,7 +51,7 @@ use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use fencing_integration::bench::{main_with, median, next_event, BoxError, OP_TIMEOUT};
+use fencing_integration::bench::{main_with, min_median_max, next_event, BoxError, OP_TIMEOUT};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Bounds queueing W waiters, and the whole chain of W hand-overs.
@@ -149,10 +149,7 @@ where
 
 /// Min, median and max of one figure over the runs.
 fn spread(runs: &[Figures], figure: impl Fn(&Figures) -> f64) -> (f64, f64, f64) {
-    let v: Vec<f64> = runs.iter().map(figure).collect();
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (min, median(v), max)
+    min_median_max(runs.iter().map(figure).collect())
 }
 
 /// The table on stdout and the optional CSV file.
