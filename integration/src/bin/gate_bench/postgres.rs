@@ -36,7 +36,8 @@ enum Kind {
     /// which cannot say why it wrote nothing; timed at 1 connection only,
     /// as the floor of a guarded write.
     Bare,
-    /// `FencedUpdate`: decide and report in one statement.
+    /// `FencedUpdate`: the conditional UPDATE, reporting only when it
+    /// wrote nothing (never here: every token is the next one).
     Guarded,
 }
 

@@ -272,19 +272,23 @@ async fn a_server_error_names_the_servers_message() {
     );
 }
 
-/// A refused update is reported as refused even when the row disappears
-/// right after the UPDATE. The race is made deterministic by a statement
-/// trigger that deletes the row at the end of every UPDATE of the table.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
-    let (_pg, client) = server_with(
+/// A refused UPDATE changes nothing, so the write is tried again in the
+/// statement that reports; the answer is that statement's. Both races are
+/// made deterministic by a statement trigger that runs at the end of
+/// every UPDATE of the table, so between the two statements.
+async fn between_the_two_statements(
+    action: &str,
+    before: &str,
+    token: u64,
+) -> (Result<u64, Error>, Vec<(String, i64)>) {
+    let (_pg, client) = server_with(&format!(
         "CREATE TABLE docs (id BIGINT PRIMARY KEY, body TEXT NOT NULL, fence BIGINT NOT NULL DEFAULT 0);
-             INSERT INTO docs VALUES (1, 'newer', 10);
-             CREATE FUNCTION delete_doc() RETURNS trigger LANGUAGE plpgsql AS
-               $$ BEGIN DELETE FROM docs WHERE id = 1; RETURN NULL; END $$;
-             CREATE TRIGGER delete_after_update AFTER UPDATE ON docs
-               FOR EACH STATEMENT EXECUTE FUNCTION delete_doc();",
-    )
+         {before}
+         CREATE FUNCTION between_statements() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN {action}; RETURN NULL; END $$;
+         CREATE TRIGGER between_statements AFTER UPDATE ON docs
+           FOR EACH STATEMENT EXECUTE FUNCTION between_statements();"
+    ))
     .await;
     let update = FencedUpdate::new("docs", "id", "fence", &["body"])
         .unwrap()
@@ -292,18 +296,47 @@ async fn a_refusal_is_reported_though_the_row_is_deleted_right_after() {
         .await
         .unwrap();
     let outcome = update
-        .execute(&client, &1i64, &[&"stale".to_owned()], t(5))
+        .execute(&client, &1i64, &[&"fenced".to_owned()], t(token))
         .await;
-    let rows: i64 = client
-        .query_one("SELECT count(*) FROM docs", &[])
+    let rows = client
+        .query("SELECT body, fence FROM docs ORDER BY id", &[])
         .await
         .unwrap()
-        .get(0);
-    assert_eq!(rows, 0, "the trigger deleted the row after the UPDATE");
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    (outcome, rows)
+}
+
+/// A refused row deleted before the reporting statement is reported as
+/// missing, which it is by then, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_deleted_after_a_refusal_is_reported_missing_and_not_written() {
+    let (outcome, rows) = between_the_two_statements(
+        "DELETE FROM docs WHERE id = 1",
+        "INSERT INTO docs VALUES (1, 'newer', 10);",
+        5,
+    )
+    .await;
+    assert!(rows.is_empty(), "{rows:?}");
+    assert_eq!(outcome.unwrap(), 0);
+}
+
+/// A row inserted after the UPDATE found none, with a fence that admits
+/// the token, is written by the reporting statement; one whose fence is
+/// higher refuses it, naming that fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_inserted_after_the_update_found_none_is_decided_by_the_report() {
+    let insert = "INSERT INTO docs VALUES (1, 'inserted', 7) ON CONFLICT DO NOTHING";
+    let (outcome, rows) = between_the_two_statements(insert, "", 9).await;
+    assert_eq!(outcome.unwrap(), 1);
+    assert_eq!(rows, [("fenced".to_owned(), 9)]);
+    let (outcome, rows) = between_the_two_statements(insert, "", 5).await;
     match outcome {
-        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(10))),
+        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(5), t(7))),
         other => panic!("a refused write reported as {other:?}"),
     }
+    assert_eq!(rows, [("inserted".to_owned(), 7)]);
 }
 
 /// A write whose statement began before a newer writer raised the fence
