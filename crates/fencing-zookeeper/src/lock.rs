@@ -213,11 +213,15 @@ pub(crate) async fn is_first(zk: &Zk, dir: &str, mine: &MyNode) -> Result<bool> 
 }
 
 /// Watches my node and reports its deletion (by anyone) as loss. It ends
-/// when the grant is marked lost or released; it does not watch the
-/// deadline (the session's heartbeat does, once for every grant), so N
-/// held grants cost no timer wake-ups per renewal.
+/// when the grant is marked lost, or released and the node deleted; it
+/// does not watch the deadline (the session's heartbeat does, once for
+/// every grant), so N held grants cost no timer wake-ups per renewal.
 pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, lease: LeaseTracker) {
     loop {
+        // Released (or lost) before the watch was set: nothing to watch.
+        if lease.loss_reason().is_some() {
+            return;
+        }
         // After a reconnect the stat could reach a server that has not yet
         // seen our node's deletion: a sync on the same connection first.
         let watched = zk
@@ -228,10 +232,19 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
             .await;
         match watched {
             Ok((Some(stat), watcher)) if stat.czxid as u64 == token.get() => {
+                let mut changed = std::pin::pin!(watcher.changed());
                 tokio::select! {
-                    _ = lease.marked_lost() => return,
-                    _ = watcher.changed() => {}
+                    _ = lease.marked_lost() => {}
+                    _ = &mut changed => continue,
                 }
+                if lease.loss_reason() == Some(LossReason::Released) {
+                    // The release deletes the node next, which fires the
+                    // watch; dropping it unfired would cost a removeWatches
+                    // request (two, with the event that follows anyway).
+                    // The release aborts this task once its delete is done.
+                    changed.await;
+                }
+                return;
             }
             Ok(_) => {
                 lease.mark_lost(

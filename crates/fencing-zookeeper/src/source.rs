@@ -325,7 +325,8 @@ impl Drop for ZkGrant {
 #[async_trait]
 impl GrantBackend for ZkGrant {
     async fn release(self: Box<Self>) -> Result<()> {
-        self.watcher.abort();
+        // The watcher task goes when `self` does, after the delete: by then
+        // the delete has fired its watch, so no removeWatches is sent.
         let (zk, path) = (&self.session.zk, &self.path);
         release_until_lost(self.session.lease(), "ZooKeeper unlock", || {
             lock::delete(zk, path)

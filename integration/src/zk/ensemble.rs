@@ -758,8 +758,10 @@ impl ZkEnsemble {
 
     /// The number `key` (e.g. `zk_packets_received`, `zk_watch_count`)
     /// of the four-letter word `mntr`, summed over the servers (one
-    /// exchange each, at most 2 s; four-letter words are not counted as
-    /// packets).
+    /// exchange each, at most 2 s). Each exchange counts as one packet
+    /// received on its server, once answered: the difference of two
+    /// readings of `zk_packets_received` includes the first reading's
+    /// [`server_count`](Self::server_count) packets.
     pub async fn mntr_sum(&self, key: &str) -> Result<f64, ZkHarnessError> {
         let mut sum = 0.0;
         for addr in self.endpoints() {

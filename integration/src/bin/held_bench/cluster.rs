@@ -167,6 +167,16 @@ impl Cluster {
             Cluster::Zk(z) => z.mntr_sum("zk_packets_received").await?,
         })
     }
+
+    /// The requests between two [`keepalives`](Self::keepalives)
+    /// readings: on ZooKeeper less the first reading's own `mntr`, which
+    /// each server counted as a packet.
+    pub fn keepalives_between(&self, before: f64, after: f64) -> f64 {
+        match self {
+            Cluster::Etcd(_) => after - before,
+            Cluster::Zk(z) => after - before - z.server_count() as f64,
+        }
+    }
 }
 
 fn anchor_program(backend: Backend) -> std::path::PathBuf {

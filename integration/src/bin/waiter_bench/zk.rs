@@ -4,7 +4,8 @@
 //! its own thread) on a 3-server ZooKeeper 3.9 ensemble. Requests per
 //! hand-over: the packets the servers received from clients
 //! (`zk_packets_received` of the four-letter word `mntr`, summed over the
-//! servers; four-letter words themselves are not counted).
+//! servers, less the packet each server counted for the `mntr` of the
+//! first reading).
 //!
 //! Both sides first run the same chain once unreported, on the same
 //! sessions (`WARMUP`): a fresh JVM per W would otherwise measure Curator
@@ -16,6 +17,7 @@
 //! The servers run with `maxClientCnxns=0`: ZooKeeper's default of 60
 //! connections per address and server would refuse 257 loopback sessions.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
@@ -63,9 +65,13 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
     Ok(())
 }
 
-/// `zk_packets_received` summed over the servers.
+/// `zk_packets_received` summed over the servers, less the packets the
+/// earlier readings' own `mntr` exchanges added (one per server each), so
+/// the difference of two readings counts the clients' packets only.
 async fn packets(servers: &ZkEnsemble) -> Result<f64, BoxError> {
-    Ok(servers.mntr_sum(METRIC).await?)
+    static READINGS: AtomicUsize = AtomicUsize::new(0);
+    let earlier = READINGS.fetch_add(1, Ordering::Relaxed);
+    Ok(servers.mntr_sum(METRIC).await? - (earlier * servers.server_count()) as f64)
 }
 
 async fn connect(cfg: &ZkConfig) -> Result<ZkSource, BoxError> {

@@ -241,6 +241,50 @@ async fn release_during_a_blip_still_releases(version: ZkVersion) {
     .await;
 }
 
+/// A release is the delete of the lock node and nothing else: the grant's
+/// own-node watch is left to fire on that delete rather than removed first
+/// (a removeWatches request, and a second one for the event that arrived
+/// anyway). Measured as `zk_packets_received` across the release, beside a
+/// plain delete of another node; the minimum of three tries of each, as a
+/// session's ping can fall into any window.
+async fn a_release_sends_only_the_delete(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let source = f.source().await;
+    let raw = f.source().await.client().await.unwrap();
+    let packets = || async { f.ensemble.mntr_sum("zk_packets_received").await.unwrap() };
+    let (mut release, mut delete) = (f64::MAX, f64::MAX);
+    for i in 0..3 {
+        let g = source
+            .acquire(&r("one-request"), &opts(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        // The holder's own-node watch is set once the servers count it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while f.ensemble.mntr_sum("zk_watch_count").await.unwrap() < 1.0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no watch on the lock node"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let before = packets().await;
+        g.release().await.unwrap();
+        release = release.min(packets().await - before);
+
+        let path = format!("{}/plain-{i}", f.path);
+        let mode = fencing_zookeeper::zookeeper_client::CreateMode::Persistent
+            .with_acls(fencing_zookeeper::zookeeper_client::Acls::anyone_all());
+        raw.create(&path, b"", &mode).await.unwrap();
+        let before = packets().await;
+        raw.delete(&path, None).await.unwrap();
+        delete = delete.min(packets().await - before);
+    }
+    assert_eq!(
+        release, delete,
+        "packets received for a release ({release}) and for a plain delete ({delete})"
+    );
+}
+
 /// An acquire dropped while its create is unanswered (the replies are lost,
 /// the acquire times out) must not leave its node behind: that node would
 /// be first in line for as long as the session lives, blocking everyone.
@@ -443,6 +487,7 @@ fencing_integration::on_both_zk_versions!(
     guarded_multi_refuses_a_superseded_grant,
     digest_acls_protect_lock_nodes,
     release_during_a_blip_still_releases,
+    a_release_sends_only_the_delete,
     waiter_requeues_after_losing_its_session,
     abandoned_create_leaves_no_node,
     guarded_multi_opens_no_extra_session,
