@@ -170,6 +170,7 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     let _ = outbound.set_nodelay(true);
     let (in_read, in_write) = inbound.into_split();
     let (out_read, out_write) = outbound.into_split();
+    let replies_cut = cut.clone();
     let pumps = async {
         tokio::join!(
             pump_requests(
@@ -182,7 +183,8 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
                 out_read,
                 in_write,
                 &faults.blackhole,
-                &faults.replies_dropped
+                &faults.replies_dropped,
+                replies_cut,
             ),
         )
     };
@@ -195,12 +197,16 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
 
 /// The server-to-client direction: copies until end of stream or an
 /// error, discarding what it reads while the blackhole is on or replies
-/// are dropped; forwards the end of stream as a half-close.
+/// are dropped; forwards the end of stream as a half-close. Nothing read
+/// after `cut_connections` is forwarded: the connection's task ends only
+/// when it next runs, and a test that cuts and then stops dropping replies
+/// must not see a reply the cut was meant to lose.
 async fn pump_replies(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     blackhole: &AtomicBool,
     dropped: &AtomicBool,
+    cut: watch::Receiver<u64>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -208,6 +214,9 @@ async fn pump_replies(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if cut.has_changed().unwrap_or(true) {
+            return;
+        }
         if blackhole.load(Ordering::SeqCst) || dropped.load(Ordering::SeqCst) {
             continue;
         }
