@@ -54,7 +54,8 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// Min, median and max of a benchmark's runs (at least one).
 pub fn min_median_max(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
-    (v[0], median(v.clone()), v[v.len() - 1])
+    let (min, max) = (v[0], v[v.len() - 1]);
+    (min, median(v), max)
 }
 
 /// The next line of `program`'s output, which must be the JSON event `want`

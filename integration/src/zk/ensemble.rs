@@ -30,6 +30,7 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -469,6 +470,9 @@ pub struct ZkEnsemble {
     /// The PEM file with the servers' private key and certificate.
     key_store: Option<PathBuf>,
     servers: Vec<Server>,
+    /// `mntr` exchanges answered so far, over all servers: each is one
+    /// packet received on its server (see [`ZkEnsemble::client_packets`]).
+    mntr_exchanges: AtomicUsize,
     /// Declared last: removed after the servers are dead.
     dir: TempDir,
 }
@@ -573,6 +577,7 @@ impl ZkEnsemble {
             jaas,
             key_store,
             servers,
+            mntr_exchanges: AtomicUsize::new(0),
             dir,
         };
         for i in 0..count {
@@ -759,13 +764,13 @@ impl ZkEnsemble {
     /// The number `key` (e.g. `zk_packets_received`, `zk_watch_count`)
     /// of the four-letter word `mntr`, summed over the servers (one
     /// exchange each, at most 2 s). Each exchange counts as one packet
-    /// received on its server, once answered: the difference of two
-    /// readings of `zk_packets_received` includes the first reading's
-    /// [`server_count`](Self::server_count) packets.
+    /// received on its server, once answered: for packets from clients,
+    /// use [`client_packets`](Self::client_packets).
     pub async fn mntr_sum(&self, key: &str) -> Result<f64, ZkHarnessError> {
         let mut sum = 0.0;
         for addr in self.endpoints() {
             let answer = four_letter_word(&addr, "mntr", FOUR_LETTER_TIMEOUT).await?;
+            self.mntr_exchanges.fetch_add(1, Ordering::Relaxed);
             sum += answer
                 .lines()
                 .find_map(|l| {
@@ -777,6 +782,14 @@ impl ZkEnsemble {
                 })?;
         }
         Ok(sum)
+    }
+
+    /// `zk_packets_received` summed over the servers, less the packets
+    /// this ensemble's earlier `mntr` exchanges added: the difference of
+    /// two readings counts the clients' packets only.
+    pub async fn client_packets(&self) -> Result<f64, ZkHarnessError> {
+        let earlier = self.mntr_exchanges.load(Ordering::Relaxed);
+        Ok(self.mntr_sum("zk_packets_received").await? - earlier as f64)
     }
 
     /// The mode server `i` reports right now (one `srvr`, no waiting);

@@ -154,8 +154,9 @@ impl Cluster {
     }
 
     /// The requests that keep a session alive, counted so far: etcd's
-    /// LeaseKeepAlive messages; every packet ZooKeeper received (while the
-    /// locks are idle: pings and our session's heartbeats).
+    /// LeaseKeepAlive messages; every packet ZooKeeper received from
+    /// clients (while the locks are idle: pings and our session's
+    /// heartbeats).
     pub async fn keepalives(&self) -> Result<f64, BoxError> {
         Ok(match self {
             Cluster::Etcd(c) => {
@@ -164,18 +165,8 @@ impl Cluster {
                     .await?;
                 by.get("LeaseKeepAlive").copied().unwrap_or(0.0)
             }
-            Cluster::Zk(z) => z.mntr_sum("zk_packets_received").await?,
+            Cluster::Zk(z) => z.client_packets().await?,
         })
-    }
-
-    /// The requests between two [`keepalives`](Self::keepalives)
-    /// readings: on ZooKeeper less the first reading's own `mntr`, which
-    /// each server counted as a packet.
-    pub fn keepalives_between(&self, before: f64, after: f64) -> f64 {
-        match self {
-            Cluster::Etcd(_) => after - before,
-            Cluster::Zk(z) => after - before - z.server_count() as f64,
-        }
     }
 }
 

@@ -4,8 +4,7 @@
 //! its own thread) on a 3-server ZooKeeper 3.9 ensemble. Requests per
 //! hand-over: the packets the servers received from clients
 //! (`zk_packets_received` of the four-letter word `mntr`, summed over the
-//! servers, less the packet each server counted for the `mntr` of the
-//! first reading).
+//! servers, less the packets the readings' own `mntr` exchanges added).
 //!
 //! Both sides first run the same chain once unreported, on the same
 //! sessions (`WARMUP`): a fresh JVM per W would otherwise measure Curator
@@ -17,7 +16,6 @@
 //! The servers run with `maxClientCnxns=0`: ZooKeeper's default of 60
 //! connections per address and server would refuse 257 loopback sessions.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
@@ -32,7 +30,6 @@ use super::{
 };
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(30);
-const METRIC: &str = "zk_packets_received";
 /// Unreported chains before the reported one, on both sides, with the
 /// same sessions: the JVM's JIT has then compiled Curator's paths.
 const WARMUP: usize = 1;
@@ -65,13 +62,9 @@ pub(super) async fn run(counts: &[usize], report: &mut Report) -> Result<(), Box
     Ok(())
 }
 
-/// `zk_packets_received` summed over the servers, less the packets the
-/// earlier readings' own `mntr` exchanges added (one per server each), so
-/// the difference of two readings counts the clients' packets only.
+/// The packets the servers received from clients so far.
 async fn packets(servers: &ZkEnsemble) -> Result<f64, BoxError> {
-    static READINGS: AtomicUsize = AtomicUsize::new(0);
-    let earlier = READINGS.fetch_add(1, Ordering::Relaxed);
-    Ok(servers.mntr_sum(METRIC).await? - (earlier * servers.server_count()) as f64)
+    Ok(servers.client_packets().await?)
 }
 
 async fn connect(cfg: &ZkConfig) -> Result<ZkSource, BoxError> {
