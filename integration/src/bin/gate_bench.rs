@@ -24,8 +24,9 @@
 //!    side, and guarded/plain (target <= 1.05). Rounds rotate which side
 //!    runs first, so drift of the server hits both. Throughput is all
 //!    connections' updates over the wall time of the round; the latency is
-//!    the median over the rounds of each round's median. At 1 connection
-//!    the bare conditional UPDATE (no refusal report) is timed too.
+//!    the median over the rounds of each round's median. The bare
+//!    conditional UPDATE (no refusal report) is timed as a third side: the
+//!    floor of a guarded write, the fence column's own cost.
 //!
 //! 5. `EtcdGate` and `ZkGate` on real 3-member clusters (etcd 3.6,
 //!    ZooKeeper 3.9): a raise and a retry at the mark, and the guarded
@@ -44,7 +45,7 @@
 //! `gates-memory.csv` (threads,layout,ns_per_admit; the unbound curve,
 //! layout one_resource|distinct), `gates-file.csv` (kind,admits_per_s; kind
 //! raise|retry) and `gates-postgres.csv`
-//! (connections,side,updates_per_s,median_us; side plain|guarded) and
+//! (connections,side,updates_per_s,median_us; side plain|bare|guarded) and
 //! `gates-cluster.csv` (backend,kind,median_us; kind raise|equal|guarded|plain).
 //!
 //! `--sections` picks some of memory, file, validating, postgres, cluster

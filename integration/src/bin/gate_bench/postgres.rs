@@ -33,8 +33,9 @@ enum Kind {
     /// `UPDATE plain SET balance = $2 WHERE id = $1`.
     Plain,
     /// The bare conditional `UPDATE ... WHERE id = $1 AND fence <= $3`,
-    /// which cannot say why it wrote nothing; timed at 1 connection only,
-    /// as the floor of a guarded write.
+    /// which cannot say why it wrote nothing: the floor of a guarded write,
+    /// so a gap between guarded and plain can be split into the fence
+    /// column's cost and ours.
     Bare,
     /// `FencedUpdate`: the conditional UPDATE, reporting only when it
     /// wrote nothing (never here: every token is the next one).
@@ -49,16 +50,11 @@ impl Kind {
             Kind::Guarded => "guarded",
         }
     }
-
-    /// The sides timed at `connections`.
-    fn at(connections: usize) -> &'static [Kind] {
-        if connections == 1 {
-            &[Kind::Plain, Kind::Bare, Kind::Guarded]
-        } else {
-            &[Kind::Plain, Kind::Guarded]
-        }
-    }
 }
+
+/// The sides timed at every connection count, in the order of a round's
+/// first turn.
+const KINDS: [Kind; 3] = [Kind::Plain, Kind::Bare, Kind::Guarded];
 
 /// One connection: its client, its row and its row's next token.
 struct Conn {
@@ -80,7 +76,7 @@ struct Sample {
 }
 
 /// Starts a server, runs every connection count, and returns the CSV rows
-/// `connections,side,updates_per_s,median_us` (plain and guarded).
+/// `connections,side,updates_per_s,median_us` (plain, bare and guarded).
 pub async fn run(per_side: usize) -> Res<Vec<String>> {
     let pg = PgServer::start().await?;
     let max = CONNECTIONS.iter().copied().max().unwrap_or(1);
@@ -89,7 +85,7 @@ pub async fn run(per_side: usize) -> Res<Vec<String>> {
     for id in 1..=max {
         conns.push(Conn::open(&pg, i64::try_from(id)?).await?);
     }
-    for &kind in Kind::at(1) {
+    for kind in KINDS {
         phase(&mut conns, kind, max, WARM_UP).await?;
     }
     println!(
@@ -101,15 +97,13 @@ pub async fn run(per_side: usize) -> Res<Vec<String>> {
         let per_conn = (per_side / c).max(MIN_PER_CONN);
         let figures = rounds(&mut conns, c, per_conn).await?;
         report(pg.major_version(), c, &figures);
-        for (kind, s) in Kind::at(c).iter().zip(&figures) {
-            if *kind != Kind::Bare {
-                rows.push(format!(
-                    "{c},{},{:.1},{:.1}",
-                    kind.name(),
-                    s.updates_per_s,
-                    s.median_us
-                ));
-            }
+        for (kind, s) in KINDS.iter().zip(&figures) {
+            rows.push(format!(
+                "{c},{},{:.1},{:.1}",
+                kind.name(),
+                s.updates_per_s,
+                s.median_us
+            ));
         }
     }
     drop(conns);
@@ -130,10 +124,10 @@ async fn create_tables(pg: &PgServer, rows: usize) -> Res<()> {
 }
 
 /// `ROUNDS` rounds of every side at `c` connections; per side (in
-/// `Kind::at(c)` order) the median over the rounds of the throughput and
+/// `KINDS` order) the median over the rounds of the throughput and
 /// of the round's median latency.
 async fn rounds(conns: &mut Vec<Conn>, c: usize, per_conn: usize) -> Res<Vec<Sample>> {
-    let kinds = Kind::at(c);
+    let kinds = KINDS;
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); kinds.len()];
     for round in 0..ROUNDS {
         for turn in 0..kinds.len() {
@@ -158,32 +152,21 @@ async fn rounds(conns: &mut Vec<Conn>, c: usize, per_conn: usize) -> Res<Vec<Sam
         .collect())
 }
 
-/// The summary line of one connection count.
+/// The summary line of one connection count (`figures` in `KINDS` order).
 fn report(major: u32, c: usize, figures: &[Sample]) {
-    let side = |kind: Kind| {
-        Kind::at(c)
-            .iter()
-            .position(|k| *k == kind)
-            .map(|i| figures[i])
-    };
-    let (Some(p), Some(g)) = (side(Kind::Plain), side(Kind::Guarded)) else {
+    let [p, b, g] = figures else {
         return;
     };
-    let bare = side(Kind::Bare).map_or(String::new(), |b| {
-        format!(
-            "; bare fenced UPDATE (no report) {:.1} µs, ratio {:.2}",
-            b.median_us,
-            b.median_us / p.median_us
-        )
-    });
     println!(
-        "gate-bench: PostgreSQL {major} {c} conn: guarded {:.0} updates/s, median {:.1} µs vs plain {:.0} updates/s, median {:.1} µs; guarded/plain time per update {:.2}, median latency {:.2} (target <= {TARGET}){bare}",
+        "gate-bench: PostgreSQL {major} {c} conn: guarded {:.0} updates/s, median {:.1} µs vs plain {:.0} updates/s, median {:.1} µs; guarded/plain time per update {:.2}, median latency {:.2} (target <= {TARGET}); bare fenced UPDATE (the floor) {:.0} updates/s, bare/plain time per update {:.2}",
         g.updates_per_s,
         g.median_us,
         p.updates_per_s,
         p.median_us,
         p.updates_per_s / g.updates_per_s,
         g.median_us / p.median_us,
+        b.updates_per_s,
+        p.updates_per_s / b.updates_per_s,
     );
 }
 
