@@ -25,7 +25,7 @@ use fencing_integration::campaign::client::{
 use fencing_integration::campaign::fence_run;
 use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
-use fencing_integration::campaign::run::{self, Config, Workload, LOCKS};
+use fencing_integration::campaign::run::{self, lock_names, Config, Workload, MAX_LOCKS};
 use fencing_integration::campaign::storage;
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::zk::ensemble::ZkVersion;
@@ -74,6 +74,10 @@ struct RunArgs {
     seed: Option<u64>,
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Spread the clients over this many locks (client i takes lock
+    /// i % N): more locks, more grants per hour for a soak
+    #[arg(long, default_value_t = 2, value_parser = locks_in_range)]
+    locks: usize,
     /// Fail when the run makes fewer grants than this
     #[arg(long, default_value_t = 0)]
     min_grants: usize,
@@ -168,8 +172,10 @@ enum Command {
         kubeconfig: PathBuf,
         #[arg(long, value_enum)]
         action: AdminAction,
+        #[arg(long, default_value_t = 2, value_parser = locks_in_range)]
+        locks: usize,
     },
-    /// Prints the holder of the campaign's lock, or `none` as soon as there
+    /// Prints a holder of the campaign's locks, or `none` as soon as there
     /// is none (waiting at most --within-ms)
     #[command(hide = true)]
     Inspect {
@@ -177,7 +183,17 @@ enum Command {
         source: String,
         #[arg(long, default_value_t = 0)]
         within_ms: u64,
+        #[arg(long, default_value_t = 2, value_parser = locks_in_range)]
+        locks: usize,
     },
+}
+
+/// `--locks`: from 1 to [`MAX_LOCKS`].
+fn locks_in_range(arg: &str) -> Result<usize, String> {
+    match arg.parse::<usize>() {
+        Ok(n) if (1..=MAX_LOCKS).contains(&n) => Ok(n),
+        _ => Err(format!("expected a number of locks from 1 to {MAX_LOCKS}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -204,9 +220,17 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             },
-            Command::Inspect { source, within_ms } => inspect(source, within_ms).await,
+            Command::Inspect {
+                source,
+                within_ms,
+                locks,
+            } => inspect(source, within_ms, &lock_names(locks)).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
-            Command::KubeAdmin { kubeconfig, action } => kube_admin(kubeconfig, action).await,
+            Command::KubeAdmin {
+                kubeconfig,
+                action,
+                locks,
+            } => kube_admin(kubeconfig, action, &lock_names(locks)).await,
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -219,6 +243,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         seconds,
         seed,
         clients,
+        locks,
         out,
         min_grants,
         min_faults,
@@ -247,6 +272,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         duration: Duration::from_secs(seconds),
         seed,
         clients,
+        locks,
         out,
         ttl,
         min_grants,
@@ -490,7 +516,7 @@ async fn child_main(socket: PathBuf, lock: String, hold_ms: u64, stubborn: bool)
     }
 }
 
-async fn inspect(source: String, within_ms: u64) -> ExitCode {
+async fn inspect(source: String, within_ms: u64, locks: &[String]) -> ExitCode {
     let opening = fencing::connect(&source);
     let source = match tokio::time::timeout(Duration::from_secs(15), opening).await {
         Ok(Ok(source)) => source,
@@ -505,9 +531,9 @@ async fn inspect(source: String, within_ms: u64) -> ExitCode {
     };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
     let give_up_at = deadline + Duration::from_secs(20);
-    let mut locks = LOCKS
+    let mut locks = locks
         .iter()
-        .map(|l| ResourceName::new(*l).expect("portable name"));
+        .map(|l| ResourceName::new(l).expect("portable name"));
     let mut resource = locks.next().expect("one lock at least");
     loop {
         match tokio::time::timeout(Duration::from_secs(10), source.holder(&resource)).await {
@@ -571,8 +597,8 @@ async fn maintain(endpoint: String) -> ExitCode {
     }
 }
 
-async fn kube_admin(kubeconfig: PathBuf, action: AdminAction) -> ExitCode {
-    let work = fencing_integration::campaign::kube::admin(&kubeconfig, action, &LOCKS);
+async fn kube_admin(kubeconfig: PathBuf, action: AdminAction, locks: &[String]) -> ExitCode {
+    let work = fencing_integration::campaign::kube::admin(&kubeconfig, action, locks);
     match tokio::time::timeout(Duration::from_secs(8), work).await {
         Ok(Ok(done)) => {
             println!("{done}");

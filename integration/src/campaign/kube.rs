@@ -160,7 +160,7 @@ pub enum AdminAction {
 pub async fn admin(
     kubeconfig: &Path,
     action: AdminAction,
-    leases: &[&str],
+    leases: &[String],
 ) -> Result<String, String> {
     use k8s_openapi::api::coordination::v1::Lease;
     let config = kube::Config::from_custom_kubeconfig(
@@ -190,7 +190,7 @@ pub async fn admin(
             let mut deleted = Vec::new();
             for name in leases {
                 match api.delete(name, &Default::default()).await {
-                    Ok(_) => deleted.push(*name),
+                    Ok(_) => deleted.push(name.as_str()),
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(format!("deleting Lease {name}: {e}")),
                 }

@@ -614,6 +614,8 @@ pub async fn kube_admin(world: &World, action: AdminAction) -> String {
     cmd.arg("kube-admin")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("--locks")
+        .arg(world.locks().len().to_string())
         .arg("--action")
         .arg(
             action

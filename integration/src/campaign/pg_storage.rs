@@ -63,7 +63,7 @@ pub struct PgStore {
 
 impl PgStore {
     /// Starts a fresh server and creates one row per lock.
-    pub async fn start(locks: &[&str]) -> Result<PgStore, String> {
+    pub async fn start(locks: &[String]) -> Result<PgStore, String> {
         let server = PgServer::start().await.map_err(|e| e.to_string())?;
         let admin = server.client().await.map_err(|e| e.to_string())?;
         let create = format!(

@@ -26,9 +26,20 @@ use super::timeline;
 use crate::etcd::cluster::EtcdVersion;
 use crate::net::netns::{Host, Network};
 
-/// The locks the clients contend for: client `i` takes `LOCKS[i % 2]`, so
-/// each lock changes hands often and the grants per minute double.
-pub const LOCKS: [&str; 2] = ["campaign-a", "campaign-b"];
+/// The most locks a campaign spreads its clients over (one letter each).
+pub const MAX_LOCKS: usize = 26;
+
+/// The names of the `n` locks the clients contend for (`campaign-a`,
+/// `campaign-b`, ...; at least one, at most [`MAX_LOCKS`]). Client `i`
+/// takes lock `i % n`: with two, the default, each lock still changes hands
+/// often and the grants per minute double; a soak spreads more clients over
+/// more locks to make more grants per hour.
+pub fn lock_names(n: usize) -> Vec<String> {
+    (b'a'..=b'z')
+        .take(n.clamp(1, MAX_LOCKS))
+        .map(|letter| format!("campaign-{}", char::from(letter)))
+        .collect()
+}
 /// In the lock workload, this client ignores its grant's loss and writes
 /// through its whole hold (see [`checker::CARELESS_PREFIX`]); the others
 /// stop at `lost()`, so only this one makes sure the gates see late writes.
@@ -59,6 +70,8 @@ pub struct Config {
     pub duration: Duration,
     pub seed: u64,
     pub clients: usize,
+    /// How many locks the clients are spread over ([`lock_names`]).
+    pub locks: usize,
     pub out: PathBuf,
     /// The clients' session or lease length.
     pub ttl: Duration,
@@ -282,6 +295,8 @@ pub struct World {
 struct Spawner {
     exe: PathBuf,
     urls: Vec<String>,
+    /// Client `i` takes `locks[i % locks.len()]`.
+    locks: Vec<String>,
     gate: &'static str,
     ttl: Duration,
     seed: u64,
@@ -295,6 +310,11 @@ impl World {
     /// The campaign binary (run inside namespaces for helper jobs).
     pub fn exe(&self) -> &std::path::Path {
         &self.spawner.exe
+    }
+
+    /// The locks the clients contend for.
+    pub fn locks(&self) -> &[String] {
+        &self.spawner.locks
     }
 
     /// Starts client `i` (a new process with a new seed after a kill).
@@ -315,7 +335,7 @@ impl World {
                 binary,
                 &proc.name,
                 &s.urls[i],
-                LOCKS[i % LOCKS.len()],
+                &s.locks[i % s.locks.len()],
                 s.ttl,
                 seed,
             )?),
@@ -349,7 +369,7 @@ impl World {
                 .args([
                     "--name", &proc.name, "--source", &s.urls[i], "--gate", s.gate,
                 ])
-                .args(["--lock", LOCKS[i % LOCKS.len()]])
+                .args(["--lock", &s.locks[i % s.locks.len()]])
                 .args(["--ttl-ms", &s.ttl.as_millis().to_string()])
                 .args(["--seed", &seed.to_string()]);
             match s.workload {
@@ -769,8 +789,9 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         })
         .collect();
     let storage = Arc::new(Storage::start(&exe, &cfg.out.join("storage")).await?);
+    let locks = lock_names(cfg.locks);
     let postgres = match cfg.postgres {
-        true => Some(Arc::new(PgStore::start(&LOCKS).await?)),
+        true => Some(Arc::new(PgStore::start(&locks).await?)),
         false => None,
     };
     let mut world = World {
@@ -783,6 +804,7 @@ async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World, String> {
         spawner: Spawner {
             exe,
             urls,
+            locks,
             gate,
             ttl: cfg.ttl,
             seed: cfg.seed,
@@ -979,6 +1001,8 @@ async fn leftover_holder(world: &World) -> Option<String> {
         &url,
         "--within-ms",
         &within.as_millis().to_string(),
+        "--locks",
+        &world.locks().len().to_string(),
     ]);
     let out = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
@@ -1000,6 +1024,20 @@ async fn leftover_holder(world: &World) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_names_are_distinct_resource_names_within_bounds() {
+        assert_eq!(lock_names(2), ["campaign-a", "campaign-b"]);
+        assert_eq!(lock_names(0), ["campaign-a"]);
+        let all = lock_names(MAX_LOCKS + 5);
+        assert_eq!(all.len(), MAX_LOCKS);
+        assert_eq!(all.last().map(String::as_str), Some("campaign-z"));
+        let distinct: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(distinct.len(), MAX_LOCKS);
+        for name in &all {
+            assert!(fencing::ResourceName::new(name).is_ok(), "{name}");
+        }
+    }
 
     #[test]
     fn anchor_args_follow_each_source() {
