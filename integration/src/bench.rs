@@ -21,7 +21,9 @@ pub async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> Result<T, B
 }
 
 /// Runs `run` on a multi-threaded runtime; an error is printed after the
-/// program's name and gives exit status 1.
+/// program's name and gives exit status 1. SIGINT or SIGTERM (`timeout`,
+/// Ctrl-C) drops `run` first, so the clusters and servers it started are
+/// stopped and their temporary directories removed as on any other exit.
 pub fn main_with<F>(name: &str, run: F) -> ExitCode
 where
     F: Future<Output = Result<(), BoxError>>,
@@ -30,13 +32,36 @@ where
         .enable_all()
         .build()
         .map_err(BoxError::from)
-        .and_then(|rt| rt.block_on(run));
+        .and_then(|rt| {
+            rt.block_on(async {
+                tokio::select! {
+                    result = run => result,
+                    signal = stop_signal() => Err(format!("stopped by {signal}").into()),
+                }
+            })
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{name}: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The name of the first SIGINT or SIGTERM to arrive; never, if neither
+/// can be listened for.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        },
+        _ => std::future::pending().await,
     }
 }
 
