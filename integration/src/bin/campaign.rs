@@ -267,6 +267,15 @@ async fn campaign(args: RunArgs) -> ExitCode {
         Backend::Etcd34 => (Kind::Etcd(EtcdVersion::V3_4), Duration::from_secs(2)),
     };
     let out = out.unwrap_or_else(|| std::env::temp_dir().join(format!("campaign-{seed}")));
+    // Members and clients run in other directories: a relative --out would
+    // name a different place for each.
+    let out = match std::path::absolute(&out) {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("campaign: --out {}: {e}", out.display());
+            return ExitCode::from(2);
+        }
+    };
     let cfg = Config {
         kind,
         duration: Duration::from_secs(seconds),
