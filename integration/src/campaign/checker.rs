@@ -769,7 +769,7 @@ fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
         return result(DURABILITY, Vec::new(), vec!["not checked".to_string()]);
     };
     let mut violations = Vec::new();
-    let mut acknowledged = BTreeMap::<&str, usize>::new();
+    let mut acknowledged = BTreeMap::<(&str, &str), usize>::new();
     for &i in &ctx.order {
         let EventKind::Write {
             resource,
@@ -789,7 +789,7 @@ fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
         } else {
             continue;
         };
-        *acknowledged.entry(gate).or_default() += 1;
+        *acknowledged.entry((gate, resource)).or_default() += 1;
         if missing {
             violations.push(Violation {
                 message: format!(
@@ -802,16 +802,23 @@ fn durability(ctx: &Ctx, stored: Option<&Stored>) -> PropertyResult {
             });
         }
     }
+    let to_stored_gate: usize = acknowledged
+        .iter()
+        .filter(|((gate, _), _)| *gate == stored.gate)
+        .map(|(_, n)| n)
+        .sum();
     let mut notes = vec![format!(
-        "{} acknowledged writes to {}, {} stored",
-        acknowledged.get(stored.gate.as_str()).copied().unwrap_or(0),
+        "{to_stored_gate} acknowledged writes to {}, {} stored",
         stored.gate,
         stored.writes.len()
     )];
     for ((gate, resource), mark) in &stored.marks {
-        let n = acknowledged.get(gate.as_str()).copied().unwrap_or(0);
+        let n = acknowledged
+            .get(&(gate.as_str(), resource.as_str()))
+            .copied()
+            .unwrap_or(0);
         notes.push(format!(
-            "{gate}/{resource}: mark {mark} ({n} acknowledged writes to {gate})"
+            "{gate}/{resource}: mark {mark} ({n} acknowledged writes)"
         ));
     }
     result(DURABILITY, violations, notes)
@@ -1469,6 +1476,22 @@ mod tests {
         assert!(
             v.iter().all(|v| v.message.contains("with token 3 to g/r")),
             "{v:?}"
+        );
+
+        // The notes count each resource's own writes.
+        let mut two = marked(3);
+        two.marks.insert(("g".into(), "elsewhere".into()), 0);
+        let report = check_with_stored(&h.0, &two, ServerBugs::default());
+        let notes = &report.property(DURABILITY).unwrap().notes;
+        assert!(
+            notes.contains(&"g/elsewhere: mark 0 (0 acknowledged writes)".to_string()),
+            "{notes:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("g/r: mark 3 (") && !n.contains("(0 ")),
+            "{notes:?}"
         );
     }
 
