@@ -172,7 +172,8 @@ enum Command {
         kubeconfig: PathBuf,
         #[arg(long, value_enum)]
         action: AdminAction,
-        #[arg(long, default_value_t = 2, value_parser = locks_in_range)]
+        /// The run's --locks
+        #[arg(long, value_parser = locks_in_range)]
         locks: usize,
     },
     /// Prints a holder of the campaign's locks, or `none` as soon as there
@@ -183,7 +184,8 @@ enum Command {
         source: String,
         #[arg(long, default_value_t = 0)]
         within_ms: u64,
-        #[arg(long, default_value_t = 2, value_parser = locks_in_range)]
+        /// The run's --locks
+        #[arg(long, value_parser = locks_in_range)]
         locks: usize,
     },
 }
