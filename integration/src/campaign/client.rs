@@ -3,8 +3,9 @@
 //! holds the lock, and releases, over and over (or, as a candidate of a
 //! `LeaderElector`, leads, writes and resigns). It reports what it sees as
 //! JSON lines on stdout; the controller stamps them on arrival with one
-//! clock for every process and answers writes to its in-memory gate on
-//! stdin.
+//! clock for every process (a grant and a loss carry the client's own stamp
+//! on that clock, see [`monotonic_ns`]) and answers writes to its in-memory
+//! gate on stdin.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,14 +26,21 @@ pub enum ClientLine {
     AcquireStart {
         resource: String,
     },
+    /// `at_ns`: when the acquire returned, by [`monotonic_ns`] (absent
+    /// from an anchor's lines: the controller stamps those on arrival).
     Grant {
         resource: String,
         token: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ns: Option<u64>,
     },
+    /// `at_ns`: when the client saw the loss, by [`monotonic_ns`].
     Lost {
         resource: String,
         token: u64,
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ns: Option<u64>,
     },
     /// The holder stops acting as one; answered with a [`Reply`] once
     /// recorded, and only then is the release sent, so the record cannot
@@ -63,6 +71,18 @@ pub enum ClientLine {
         token: u64,
         value: u64,
     },
+}
+
+/// Nanoseconds on the machine's `CLOCK_MONOTONIC`, for the stamps a
+/// client puts on its grants and losses. Lines reach the controller through
+/// a pipe it reads among many: under load a loss can arrive milliseconds
+/// after the next holder's grant although it happened before. rustix reads
+/// the clock through the vDSO, not libc, so the libfaketime a client under
+/// a clock fault preloads does not skew these stamps.
+pub fn monotonic_ns() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let (secs, nanos) = (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec));
+    secs.unwrap_or(0) * 1_000_000_000 + nanos.unwrap_or(0)
 }
 
 /// The controller's answer to a [`ClientLine::MemWrite`] or a
@@ -441,7 +461,13 @@ async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Durat
 async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) {
     let resource = resource.as_str().to_owned();
     let token = token.get();
-    io.send(ClientLine::Grant { resource, token }).await;
+    let at_ns = Some(monotonic_ns());
+    io.send(ClientLine::Grant {
+        resource,
+        token,
+        at_ns,
+    })
+    .await;
 }
 
 async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: FencingToken) {
@@ -461,12 +487,14 @@ async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: Fenci
 }
 
 async fn lost_it(io: &Io, resource: &ResourceName, token: FencingToken, reason: String) {
+    let at_ns = Some(monotonic_ns());
     let resource = resource.as_str().to_owned();
     let token = token.get();
     io.send(ClientLine::Lost {
         resource,
         token,
         reason,
+        at_ns,
     })
     .await;
 }

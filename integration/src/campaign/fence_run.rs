@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use super::client::{next_hold, ClientLine, ClientPlan, Reply};
+use super::client::{monotonic_ns, next_hold, ClientLine, ClientPlan, Reply};
 use super::rng::Rng;
 
 /// What one client does, and where.
@@ -147,7 +147,9 @@ async fn relay(
             line = lines.next_line() => {
                 let Ok(Some(line)) = line else { break };
                 match serde_json::from_str::<ClientLine>(&line) {
-                    Ok(ClientLine::Grant { resource, token }) => held = Some((resource, token)),
+                    Ok(ClientLine::Grant {
+                        resource, token, ..
+                    }) => held = Some((resource, token)),
                     Ok(ClientLine::Release { .. } | ClientLine::Lost { .. }) => held = None,
                     _ => {}
                 }
@@ -168,6 +170,7 @@ async fn relay(
             resource,
             token,
             reason,
+            at_ns: Some(monotonic_ns()),
         })
         .await;
     }
@@ -212,6 +215,7 @@ pub async fn run_child(
     let grant = line(ClientLine::Grant {
         resource: resource.clone(),
         token,
+        at_ns: Some(monotonic_ns()),
     });
     write.write_all(grant.as_bytes()).await.map_err(io)?;
     let until = tokio::time::Instant::now() + hold;
@@ -243,6 +247,7 @@ pub async fn run_child(
             resource,
             token,
             reason,
+            at_ns: Some(monotonic_ns()),
         });
         // Best effort: the socket may be gone with the client.
         let _ = write.write_all(lost.as_bytes()).await;

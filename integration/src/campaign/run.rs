@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 
 use super::checker::{self, Report};
-use super::client::{ClientLine, Reply};
+use super::client::{monotonic_ns, ClientLine, Reply};
 use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
 use super::kube::AdminAction;
 use super::members::{Cluster, Kind};
@@ -131,7 +131,8 @@ impl Outcome {
 /// Every event of the run, stamped on one clock, also streamed to a file
 /// so a killed run still leaves its history.
 pub struct Recorder {
-    origin: Instant,
+    /// [`monotonic_ns`] when the run began: stamps count from it.
+    origin_ns: u64,
     events: Mutex<Vec<Event>>,
     file: Mutex<std::io::BufWriter<std::fs::File>>,
 }
@@ -139,14 +140,24 @@ pub struct Recorder {
 impl Recorder {
     fn create(path: &std::path::Path) -> std::io::Result<Recorder> {
         Ok(Recorder {
-            origin: Instant::now(),
+            origin_ns: monotonic_ns(),
             events: Mutex::new(Vec::new()),
             file: Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
         })
     }
 
     pub fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        monotonic_ns().saturating_sub(self.origin_ns)
+    }
+
+    /// The stamp of a line read at `read_at` that a client stamped
+    /// `client_ns` ([`monotonic_ns`]): the client's, unless it is missing
+    /// or implausible (after the read, or a second before it).
+    fn client_stamp(&self, client_ns: Option<u64>, read_at: u64) -> u64 {
+        client_ns
+            .and_then(|ns| ns.checked_sub(self.origin_ns))
+            .filter(|&at| at <= read_at && read_at - at <= 1_000_000_000)
+            .unwrap_or(read_at)
     }
 
     pub fn record_at(&self, at_ns: u64, client: &str, kind: EventKind) {
@@ -569,22 +580,33 @@ async fn relay(
     let mut writes = tokio::task::JoinSet::new();
     while let Ok(Some(line)) = lines.next_line().await {
         while writes.try_join_next().is_some() {}
-        let at = recorder.now_ns();
+        let mut at = recorder.now_ns();
         let Ok(parsed) = serde_json::from_str::<ClientLine>(&line) else {
             continue;
         };
         let kind = match parsed {
             ClientLine::AcquireStart { resource } => EventKind::AcquireStart { resource },
-            ClientLine::Grant { resource, token } => EventKind::Grant { resource, token },
+            ClientLine::Grant {
+                resource,
+                token,
+                at_ns,
+            } => {
+                at = recorder.client_stamp(at_ns, at);
+                EventKind::Grant { resource, token }
+            }
             ClientLine::Lost {
                 resource,
                 token,
                 reason,
-            } => EventKind::Lost {
-                resource,
-                token,
-                reason,
-            },
+                at_ns,
+            } => {
+                at = recorder.client_stamp(at_ns, at);
+                EventKind::Lost {
+                    resource,
+                    token,
+                    reason,
+                }
+            }
             ClientLine::Release {
                 resource,
                 token,
@@ -1024,6 +1046,51 @@ async fn leftover_holder(world: &World) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_stamp_counts_unless_missing_or_implausible() {
+        let dir = tempfile::tempdir().unwrap();
+        let recorder = Recorder::create(&dir.path().join("history.jsonl")).unwrap();
+        let read_at = recorder.now_ns() + 5_000_000_000;
+        let client = |at: u64| Some(recorder.origin_ns + at);
+        // Stamped 2 ms before the controller read the line: the client's.
+        let two_ms_early = read_at - 2_000_000;
+        assert_eq!(
+            recorder.client_stamp(client(two_ms_early), read_at),
+            two_ms_early
+        );
+        assert_eq!(recorder.client_stamp(client(read_at), read_at), read_at);
+        // An anchor's line has none; a stamp after the read, more than a
+        // second before it, or before the run began cannot be right.
+        assert_eq!(recorder.client_stamp(None, read_at), read_at);
+        assert_eq!(recorder.client_stamp(client(read_at + 1), read_at), read_at);
+        let too_early = read_at - 1_000_000_001;
+        assert_eq!(recorder.client_stamp(client(too_early), read_at), read_at);
+        assert_eq!(recorder.client_stamp(Some(0), read_at), read_at);
+    }
+
+    #[test]
+    fn grant_and_loss_lines_carry_a_stamp_that_anchors_may_leave_out() {
+        let anchor: ClientLine =
+            serde_json::from_str(r#"{"grant":{"resource":"campaign-a","token":7}}"#).unwrap();
+        assert_eq!(
+            anchor,
+            ClientLine::Grant {
+                resource: "campaign-a".into(),
+                token: 7,
+                at_ns: None
+            }
+        );
+        let lost = ClientLine::Lost {
+            resource: "campaign-a".into(),
+            token: 7,
+            reason: "expired".into(),
+            at_ns: Some(monotonic_ns()),
+        };
+        let text = serde_json::to_string(&lost).unwrap();
+        assert!(text.contains("\"at_ns\":"), "{text}");
+        assert_eq!(serde_json::from_str::<ClientLine>(&text).unwrap(), lost);
+    }
 
     #[test]
     fn lock_names_are_distinct_resource_names_within_bounds() {
