@@ -88,8 +88,12 @@ const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(4);
 
 /// Runs `read` after a `sync`, pipelined on one connection: the server
 /// answers the read only after it caught up with what the leader had
-/// committed when it answered the sync, and a server cut off from its
-/// leader answers neither.
+/// committed when it answered the sync, and a follower cut off from its
+/// leader answers neither. A leader cut off from its followers answers
+/// both on its own until it steps down, so only reads whose staleness errs
+/// on the safe side may rely on this (a lock node seen that is gone makes a
+/// waiter wait longer); anything that vouches for time goes through a
+/// quorum ([`confirmed_by_quorum`]).
 pub(crate) async fn after_sync<T>(
     client: &Client,
     read: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
@@ -278,18 +282,21 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
     Some(each.join("; "))
 }
 
-/// Every timeout/3 a `sync` and a read, pipelined on one connection; each
-/// answered pair renews the shared lease from its send time. A terminal
+/// Every timeout/3 a quorum round trip ([`confirmed_by_quorum`]); each
+/// answered one renews the shared lease from its send time. A terminal
 /// session state loses everything at once.
 ///
-/// A read alone is answered by the connected server, and a follower cut off
-/// from its leader keeps answering for up to syncLimit x tickTime while the
-/// leader, no longer touched for this session, expires it after the session
-/// timeout and deletes its nodes. `sync` is forwarded to the leader and
-/// answered only through it (after every committed change, such as our
-/// session's expiry, has reached the follower), so a cut-off follower can
-/// no longer renew the lease. The read after it fails with the session when
-/// the leader has expired it.
+/// Why a quorum: the leader expires a session a session timeout after it
+/// last heard of it, and a new leader a session timeout after it took
+/// over. A follower cut off from its leader answers reads for up to
+/// syncLimit x tickTime, and a leader cut off from its followers answers
+/// reads and `sync`s until it counts syncLimit ticks without a quorum, by
+/// which time the followers may have elected a new leader that expires the
+/// session first. A transaction is answered only once a quorum logged it,
+/// and any later leader was elected by a member of that quorum after it
+/// did, so after the request was sent: the session lives at least a
+/// session timeout past the send time on every leader.
+/// `zk::partitions` in the integration tests shows both partitions.
 async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
     let period = timeout / 3;
     let mut states = client.state_watcher();
@@ -307,8 +314,7 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             }
             _ = tokio::time::sleep(period) => {
                 let sent = Instant::now();
-                let confirmed = after_sync(&client, client.check_stat("/"));
-                if let Ok(Ok(_)) = tokio::time::timeout(period, confirmed).await {
+                if let Ok(true) = tokio::time::timeout(period, confirmed_by_quorum(&client)).await {
                     if !group.renewed(sent, timeout) {
                         return;
                     }
@@ -316,4 +322,15 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             }
         }
     }
+}
+
+/// A multi holding one version check of `/` (any version): a transaction
+/// that changes nothing, answered only after a quorum of the current
+/// leader's ensemble logged it, and refused if the session has expired.
+async fn confirmed_by_quorum(client: &Client) -> bool {
+    let mut writer = client.new_multi_writer();
+    if writer.add_check_version("/", -1).is_err() {
+        return false;
+    }
+    writer.commit().await.is_ok()
 }

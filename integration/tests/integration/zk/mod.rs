@@ -2,7 +2,7 @@
 
 mod conformance;
 mod faults;
-mod follower_partition;
 mod harness;
 mod interop;
+mod partitions;
 mod security;
