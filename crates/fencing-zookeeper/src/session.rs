@@ -86,6 +86,21 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// (integration/tests/member_faults.rs).
 const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(4);
 
+/// How long an answered heartbeat keeps the lease, of the session timeout.
+///
+/// The leader expires a session a session timeout after it last heard of
+/// it, and it hears of a request that came through a follower only in that
+/// follower's answer to its next ping, up to tickTime/2 later (it does not
+/// count forwarded requests). A session can thus expire up to tickTime/2
+/// earlier than a session timeout after our send time; ZooKeeper refuses
+/// sessions shorter than two ticks unless minSessionTimeout is set lower,
+/// so a quarter of the timeout covers it. The core's drift margin comes on
+/// top. `zk::partitions` failed on a loaded machine without it: the next
+/// holder was granted before the cut-off holder's deadline.
+fn lease_ttl(session: Duration) -> Duration {
+    session - session / 4
+}
+
 /// Runs `read` after a `sync`, pipelined on one connection: the server
 /// answers the read only after it caught up with what the leader had
 /// committed when it answered the sync, and a follower cut off from its
@@ -154,7 +169,7 @@ impl Session {
             Err(_) => return Err(connect_error(cfg, zookeeper_client::Error::Timeout).await),
         };
         let timeout = client.session_timeout();
-        let group = Arc::new(LeaseGroup::new(sent, timeout));
+        let group = Arc::new(LeaseGroup::new(sent, lease_ttl(timeout)));
         let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
@@ -283,7 +298,8 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 }
 
 /// Every timeout/3 a quorum round trip ([`confirmed_by_quorum`]); each
-/// answered one renews the shared lease from its send time. A terminal
+/// answered one renews the shared lease from its send time
+/// ([`lease_ttl`]). A terminal
 /// session state loses everything at once.
 ///
 /// Why a quorum: the leader expires a session a session timeout after it
@@ -315,7 +331,7 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             _ = tokio::time::sleep(period) => {
                 let sent = Instant::now();
                 if let Ok(true) = tokio::time::timeout(period, confirmed_by_quorum(&client)).await {
-                    if !group.renewed(sent, timeout) {
+                    if !group.renewed(sent, lease_ttl(timeout)) {
                         return;
                     }
                 }

@@ -90,20 +90,27 @@ async fn clients(
         }
     };
     let b_granted_ms = started.elapsed().as_millis();
+    // If B won the race, when A hears of its loss tells by how much.
+    let a_loss = async {
+        if a_lost_ms.is_some() {
+            return a_lost_ms;
+        }
+        let lost = tokio::time::timeout(Duration::from_secs(5), held.lost()).await;
+        lost.ok().map(|_| started.elapsed().as_millis())
+    };
     let lock = grant_b.resource().clone();
-    gate_b
-        .admit(&lock, grant_b.token())
-        .await
-        .expect("B's write through the majority");
-    let a_write_after_b =
-        match tokio::time::timeout(Duration::from_secs(3), gate_a.admit(&lock, held.token())).await
-        {
+    let writes = async {
+        gate_b
+            .admit(&lock, grant_b.token())
+            .await
+            .expect("B's write through the majority");
+        let a_write = gate_a.admit(&lock, held.token());
+        match tokio::time::timeout(Duration::from_secs(3), a_write).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err("timed out".into()),
-        };
-    if a_lost_ms.is_none() && !held.is_live() {
-        a_lost_ms = Some(started.elapsed().as_millis());
-    }
+        }
+    };
+    let (a_lost_ms, a_write_after_b) = tokio::join!(a_loss, writes);
     Seen {
         a_lost_ms,
         b_granted_ms,
