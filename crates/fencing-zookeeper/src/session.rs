@@ -298,9 +298,8 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 }
 
 /// Every timeout/3 a quorum round trip ([`confirmed_by_quorum`]); each
-/// answered one renews the shared lease from its send time
-/// ([`lease_ttl`]). A terminal
-/// session state loses everything at once.
+/// answered one renews the shared lease from its send time for
+/// [`lease_ttl`]. A terminal session state loses everything at once.
 ///
 /// Why a quorum: the leader expires a session a session timeout after it
 /// last heard of it, and a new leader a session timeout after it took
@@ -310,9 +309,8 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 /// which time the followers may have elected a new leader that expires the
 /// session first. A transaction is answered only once a quorum logged it,
 /// and any later leader was elected by a member of that quorum after it
-/// did, so after the request was sent: the session lives at least a
-/// session timeout past the send time on every leader.
-/// `zk::partitions` in the integration tests shows both partitions.
+/// did, so after the request was sent and with the session's full timeout
+/// ahead. `zk::partitions` in the integration tests makes both partitions.
 async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
     let period = timeout / 3;
     let mut states = client.state_watcher();
