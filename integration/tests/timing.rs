@@ -60,7 +60,7 @@ async fn etcd_rides_through_member_faults() {
 async fn zookeeper_rides_through_member_faults() {
     let _alone = ALONE.lock().await;
     let mut f = ZkFixture::start(ZkVersion::V3_9).await;
-    let ttl = Duration::from_secs(4);
+    let ttl = Duration::from_secs(6);
     let holder = f.source().await;
     let mut waiters = Vec::new();
     for _ in 0..4 {

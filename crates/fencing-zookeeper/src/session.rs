@@ -84,7 +84,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The shortest session timeout measured to survive any single server
 /// kill, pause or restart with quorum intact
 /// (integration/tests/member_faults.rs).
-const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(4);
+const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(6);
 
 /// How long an answered heartbeat keeps the lease, of the session timeout.
 ///
@@ -174,7 +174,7 @@ impl Session {
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,
-                "ZooKeeper session shorter than 4 s: one failed server can cost it"
+                "ZooKeeper session shorter than 6 s: one failed server can cost it"
             );
         }
         tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
@@ -297,7 +297,8 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
     Some(each.join("; "))
 }
 
-/// Every timeout/3 a quorum round trip ([`confirmed_by_quorum`]); each
+/// Every timeout/6 a quorum round trip ([`confirmed_by_quorum`]), each
+/// given up to timeout/3 (a new leader's election); each
 /// answered one renews the shared lease from its send time for
 /// [`lease_ttl`]. A terminal session state loses everything at once.
 ///
@@ -312,7 +313,9 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 /// did, so after the request was sent and with the session's full timeout
 /// ahead. `zk::partitions` in the integration tests makes both partitions.
 async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
-    let period = timeout / 3;
+    // Often enough that the lease, 0.675 of the timeout, outlasts an
+    // election right after a renewal (integration/tests/timing.rs).
+    let period = timeout / 6;
     let mut states = client.state_watcher();
     loop {
         tokio::select! {
@@ -328,7 +331,8 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
             }
             _ = tokio::time::sleep(period) => {
                 let sent = Instant::now();
-                if let Ok(true) = tokio::time::timeout(period, confirmed_by_quorum(&client)).await {
+                let confirmed = confirmed_by_quorum(&client);
+                if let Ok(true) = tokio::time::timeout(timeout / 3, confirmed).await {
                     if !group.renewed(sent, lease_ttl(timeout)) {
                         return;
                     }

@@ -245,7 +245,7 @@ impl ZkSource {
             source: self.inner.identity.clone(),
             key: node.path.clone(),
             ttl: session.timeout,
-            renew_interval: session.timeout / 3,
+            renew_interval: session.timeout / 6,
         };
         tracing::debug!(%resource, token = %node.token, "ZooKeeper grant");
         Grant::new(
