@@ -82,8 +82,7 @@ impl Zk {
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// The shortest session timeout measured to survive any single server
-/// kill, pause or restart with quorum intact
-/// (integration/tests/member_faults.rs).
+/// kill, pause or restart with quorum intact (integration/tests/timing.rs).
 const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(6);
 
 /// How long an answered heartbeat keeps the lease, of the session timeout.
@@ -174,7 +173,7 @@ impl Session {
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,
-                "ZooKeeper session shorter than 6 s: one failed server can cost it"
+                "ZooKeeper session shorter than {RIDES_THROUGH_FAILOVER:?}: one failed server can cost it"
             );
         }
         tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
