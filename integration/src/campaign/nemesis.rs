@@ -18,6 +18,11 @@ pub enum Fault {
     PartitionFollower,
     /// The leader cut off from the other members.
     PartitionLeader,
+    /// The leader cut off, and the other members restarted at once: they
+    /// elect a new leader while the old one, still counting the ticks (or
+    /// election timeout) it waits for a quorum, believes it leads.
+    /// ZooKeeper's isolated leader answers `sync` alone in that window.
+    DeposeLeader,
     /// Two members cut from each other; the third reaches both.
     PartitionBridge,
     /// One client cut off from every member.
@@ -66,6 +71,7 @@ impl Fault {
         match self {
             Fault::PartitionFollower => "partition-follower",
             Fault::PartitionLeader => "partition-leader",
+            Fault::DeposeLeader => "depose-leader",
             Fault::PartitionBridge => "partition-bridge",
             Fault::PartitionClient => "partition-client",
             Fault::PauseMember => "pause-member",
@@ -92,11 +98,12 @@ impl Fault {
 /// Partitions between members come up most often: they are what leases
 /// get wrong. The last entry, etcd's maintenance, is left out on ZooKeeper
 /// (its maintenance here is the leader change).
-const MEMBER_FAULTS: [Fault; 9] = [
+const MEMBER_FAULTS: [Fault; 10] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionLeader,
+    Fault::DeposeLeader,
     Fault::PartitionBridge,
     Fault::PauseMember,
     Fault::KillMember,
@@ -441,6 +448,23 @@ impl Nemesis {
                     .split(&[&member_hosts[victim]], &rest)
                     .map_err(|e| e.to_string())?;
                 Ok((format!("m{}", victim + 1), Undo::Heal))
+            }
+            Fault::DeposeLeader => {
+                let any = self.rng.below(members);
+                let old = leader.unwrap_or(any);
+                let rest: Vec<_> = (0..all)
+                    .filter(|&i| i != old)
+                    .map(|i| &member_hosts[i])
+                    .collect();
+                net()?
+                    .split(&[&member_hosts[old]], &rest)
+                    .map_err(|e| e.to_string())?;
+                for i in (0..members).filter(|&i| i != old) {
+                    cluster(world)?.members[i]
+                        .restart()
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok((format!("m{}", old + 1), Undo::Heal))
             }
             Fault::PartitionBridge => {
                 let bridge = self.rng.below(members);
