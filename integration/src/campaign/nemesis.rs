@@ -10,6 +10,7 @@ use super::kube::AdminAction;
 use super::members::{Kind, VOTERS};
 use super::rng::Rng;
 use super::run::{Clock, World};
+use crate::net::netns::{Host, Network};
 
 /// One fault. Members and clients are chosen when the fault starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +32,9 @@ pub enum Fault {
     KillMember,
     /// The leader killed (and restarted): a leader change.
     KillLeader,
+    /// Every member SIGKILLed at once, all started again at the end of the
+    /// step: the tokens after it must go on above every token before it.
+    KillCluster,
     /// etcd maintenance on one member: the history compacted up to now,
     /// then the member defragmented (it stalls while it rewrites its file).
     CompactDefrag,
@@ -77,6 +81,7 @@ impl Fault {
             Fault::PauseMember => "pause-member",
             Fault::KillMember => "kill-member",
             Fault::KillLeader => "kill-leader",
+            Fault::KillCluster => "kill-cluster",
             Fault::CompactDefrag => "compact-defrag",
             Fault::PauseClient => "pause-client",
             Fault::KillClient => "kill-client",
@@ -98,7 +103,7 @@ impl Fault {
 /// Partitions between members come up most often: they are what leases
 /// get wrong. The last entry, etcd's maintenance, is left out on ZooKeeper
 /// (its maintenance here is the leader change).
-const MEMBER_FAULTS: [Fault; 10] = [
+const MEMBER_FAULTS: [Fault; 11] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
@@ -108,14 +113,16 @@ const MEMBER_FAULTS: [Fault; 10] = [
     Fault::PauseMember,
     Fault::KillMember,
     Fault::KillLeader,
+    Fault::KillCluster,
     Fault::CompactDefrag,
 ];
-/// Kubernetes: the faults of its etcd (a crash of the etcd leader, its
-/// maintenance), of the apiserver, and Lease deletion.
-const KUBE_FAULTS: [Fault; 9] = [
+/// Kubernetes: the faults of its etcd (a crash of the etcd leader or of
+/// all its members, its maintenance), of the apiserver, and Lease deletion.
+const KUBE_FAULTS: [Fault; 10] = [
     Fault::PartitionFollower,
     Fault::PartitionLeader,
     Fault::KillLeader,
+    Fault::KillCluster,
     Fault::PauseMember,
     Fault::CompactDefrag,
     Fault::KillApiserver,
@@ -175,6 +182,7 @@ enum Undo {
     Heal,
     ResumeMember(usize),
     RestartMember(usize),
+    RestartCluster,
     ResumeClient(usize),
     RestartClient(usize),
     RestartStorage,
@@ -324,6 +332,9 @@ impl Nemesis {
                 Undo::RestartMember(i) => cluster(world)?.members[i]
                     .restart()
                     .map_err(|e| e.to_string())?,
+                Undo::RestartCluster => {
+                    cluster(world)?.restart_dead().map_err(|e| e.to_string())?
+                }
                 Undo::ResumeClient(c) => world.clients[c].signal(Signal::CONT),
                 // Unless another fault (a clock fault ending) started it.
                 Undo::RestartClient(c) if !world.clients[c].is_running() => {
@@ -442,23 +453,13 @@ impl Nemesis {
                     },
                     (_, None) => any,
                 };
-                let others: Vec<_> = (0..all).filter(|&i| i != victim).collect();
-                let rest: Vec<_> = others.iter().map(|&i| &member_hosts[i]).collect();
-                net()?
-                    .split(&[&member_hosts[victim]], &rest)
-                    .map_err(|e| e.to_string())?;
+                isolate(net()?, &member_hosts, victim)?;
                 Ok((format!("m{}", victim + 1), Undo::Heal))
             }
             Fault::DeposeLeader => {
                 let any = self.rng.below(members);
                 let old = leader.unwrap_or(any);
-                let rest: Vec<_> = (0..all)
-                    .filter(|&i| i != old)
-                    .map(|i| &member_hosts[i])
-                    .collect();
-                net()?
-                    .split(&[&member_hosts[old]], &rest)
-                    .map_err(|e| e.to_string())?;
+                isolate(net()?, &member_hosts, old)?;
                 for i in (0..members).filter(|&i| i != old) {
                     cluster(world)?.members[i]
                         .restart()
@@ -482,6 +483,12 @@ impl Nemesis {
                 let i = leader.unwrap_or(any);
                 cluster(world)?.members[i].kill();
                 Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
+            }
+            Fault::KillCluster => {
+                for member in &mut cluster(world)?.members[..members] {
+                    member.kill();
+                }
+                Ok(("every member".into(), Undo::RestartCluster))
             }
             Fault::CompactDefrag => {
                 let i = self.rng.below(members);
@@ -576,6 +583,16 @@ impl Nemesis {
     }
 }
 
+/// Cuts member `victim` off from every other member.
+fn isolate(net: &Network, hosts: &[Host], victim: usize) -> Result<(), String> {
+    let rest: Vec<_> = (0..hosts.len())
+        .filter(|&i| i != victim)
+        .map(|i| &hosts[i])
+        .collect();
+    net.split(&[&hosts[victim]], &rest)
+        .map_err(|e| e.to_string())
+}
+
 /// SIGKILLs client `c` and records that its holds ended there.
 async fn crash(world: &mut World, c: usize) {
     world.clients[c].kill().await;
@@ -647,4 +664,53 @@ pub async fn kube_admin(world: &World, action: AdminAction) -> String {
                 .map_or("?".into(), |v| v.get_name().to_owned()),
         );
     helper_output(cmd, Duration::from_secs(10)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd::cluster::EtcdVersion;
+    use crate::zk::ensemble::ZkVersion;
+    use std::collections::BTreeSet;
+
+    /// The cluster faults a seeded schedule of `steps` steps draws.
+    fn drawn(kind: Kind, steps: usize) -> BTreeSet<&'static str> {
+        let mut nemesis = Nemesis::new(Rng::new(7), 4, kind, Duration::from_secs(1), true);
+        (0..steps)
+            .map(|_| nemesis.next_step().cluster.name())
+            .collect()
+    }
+
+    fn names(faults: &[Fault]) -> BTreeSet<&'static str> {
+        faults.iter().map(|f| f.name()).collect()
+    }
+
+    #[test]
+    fn each_backend_draws_every_fault_of_its_lane_and_nothing_else() {
+        let etcd = drawn(Kind::Etcd(EtcdVersion::V3_6), 2000);
+        assert_eq!(etcd, names(&MEMBER_FAULTS));
+        assert!(etcd.contains("depose-leader") && etcd.contains("kill-cluster"));
+        let zk = drawn(Kind::Zk(ZkVersion::V3_9), 2000);
+        let mut expected = names(&MEMBER_FAULTS);
+        expected.remove("compact-defrag");
+        assert_eq!(zk, expected);
+        assert_eq!(drawn(Kind::Kube, 2000), names(&KUBE_FAULTS));
+        assert_eq!(drawn(Kind::Local, 2000), names(&LOCAL_FAULTS));
+    }
+
+    #[test]
+    fn a_seed_replays_the_same_schedule() {
+        let schedule = |seed| {
+            let kind = Kind::Zk(ZkVersion::V3_9);
+            let mut nemesis = Nemesis::new(Rng::new(seed), 4, kind, Duration::from_secs(1), false);
+            (0..200)
+                .map(|_| {
+                    let s = nemesis.next_step();
+                    (s.cluster, s.client, s.storage, s.duration, s.gap)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(schedule(12), schedule(12));
+        assert_ne!(schedule(12), schedule(13));
+    }
 }
