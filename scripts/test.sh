@@ -69,8 +69,8 @@ cargo build --locked -q --release -p fencing-cli --bin fence
 # client-go's slower retries leave fewer grants (314 in 170 s at seed 12).
 campaign_out="${FENCING_CACHE:-$HOME/.cache/fencing}/campaigns"
 for run in "local 60 lock --postgres" "zk 110 lock --postgres --anchor" "zk38 90 lock" \
-           "etcd 170 lock --anchor" "etcd34 120 lock" "kube 210 lock --postgres --anchor" \
-           "zk 60 elect" "etcd 110 elect" "zk 140 fence-run"; do
+           "etcd 170 lock --anchor" "etcd34 150 lock" "kube 210 lock --postgres --anchor" \
+           "zk 60 elect" "etcd 160 elect" "zk 140 fence-run"; do
     set -- $run
     out="$campaign_out/$1-$3"
     echo "== fault campaign: $1, $3 workload, for $2 s (history and timeline in $out)"
