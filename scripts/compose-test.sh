@@ -17,6 +17,8 @@ bash scripts/install/compose.sh
 eval "$(bash scripts/install/compose-images.sh | grep '^FENCING_.*_IMAGE=' | sed 's/^/export /')"
 
 export FENCING_COMPOSE_PROJECT=fencing-ci
+# The test command's build profile (scripts/test.sh sets it).
+profile="${FENCING_PROFILE:-test}"
 services=(etcd1 etcd2 etcd3 zk1 zk2 zk3 kube-etcd kube-apiserver kube-init)
 compose() { docker compose -p "$FENCING_COMPOSE_PROJECT" "$@"; }
 
@@ -38,10 +40,11 @@ echo "compose-test: ${services[*]} healthy in $((SECONDS - started)) s ($FENCING
 FENCING_ETCD_URL=etcd://127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379/fencing \
 FENCING_ZK_URL=zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183/fencing \
 FENCING_KUBE_URL="kube://my-app?kubeconfig=$PWD/.compose/kube/kubeconfig.yaml" \
-    cargo test --workspace --locked -q --test external_clusters -- --ignored
+    cargo test --workspace --locked -q --profile "$profile" --test external_clusters -- --ignored
 
-# --workspace: the same features as the suite's own run, so nothing rebuilds.
-cargo test --workspace --locked -q --test compose -- --ignored --test-threads=1
+# --workspace and the same profile: the same features and build as the
+# suite's own run, so nothing rebuilds.
+cargo test --workspace --locked -q --profile "$profile" --test compose -- --ignored --test-threads=1
 
 cleanup
 trap - EXIT

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Builds the `fence` container image from the repository's Dockerfile for the
-# in-cluster test, with local stand-ins for its two base images (no image
-# registry is reachable here). Idempotent:
-#   - fencing-local/debian:bookworm-slim   debootstrap --variant=minbase;
-#   - fencing-local/rust:bookworm          the same plus gcc and libc6-dev,
-#                                          and this machine's Rust toolchain;
-#   - fencing/fence:local                  `docker build` of the Dockerfile
-#                                          on those two, rebuilt only when a
-#                                          tracked file changed.
+# Builds the `fence` container image fencing/fence:local for the in-cluster
+# test, with a local stand-in for its runtime base image (no image registry
+# is reachable here). Idempotent.
+#
+#   fence-image.sh FENCE_BINARY   the runtime stage of the repository's
+#       Dockerfile (everything from its last FROM) with FENCE_BINARY, a
+#       `fence` built on this machine (Debian bookworm, as the runtime
+#       image), stripped, in place of the builder stage's output. This is
+#       what the test command does: the binary is the one its build made,
+#       so `fence` is not compiled a second time inside Docker (five
+#       minutes on two cores).
+#   fence-image.sh --from-source  the whole Dockerfile, builder stage
+#       included, on local stand-ins for both base images (run it after
+#       changing the Dockerfile's builder stage):
+#         fencing-local/debian:bookworm-slim  debootstrap --variant=minbase;
+#         fencing-local/rust:bookworm         the same plus gcc and libc6-dev,
+#                                             and this machine's Rust toolchain.
 # The root file systems are cached as tarballs in $FENCING_CACHE/images.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +41,42 @@ IMAGE=fencing/fence:local
 . scripts/lib/rootfs.sh
 
 import_rootfs "$RUNTIME" bookworm-minbase.tar
+
+# build_labelled KEY CONTEXT [docker build options...]: builds $IMAGE from
+# CONTEXT unless it already carries the label org.fencing.source=KEY.
+build_labelled() {
+    local key="$1" context="$2" started=$SECONDS log="$cache/fence-image-build.log" size
+    shift 2
+    if [ "$(docker image inspect "$IMAGE" --format '{{index .Config.Labels "org.fencing.source"}}' 2>/dev/null)" = "$key" ]; then
+        echo "fence-image: reusing $IMAGE ($key)"
+        return
+    fi
+    docker build "$@" --label org.fencing.source="$key" -t "$IMAGE" "$context" >"$log" 2>&1 ||
+        die "docker build failed:
+$(tail -30 "$log")"
+    # Replaced images (and the 2 GB build stage) would pile up run after run.
+    docker image prune -f >/dev/null
+    size="$(docker image inspect "$IMAGE" --format '{{.Size}}')"
+    echo "fence-image: built $IMAGE in $((SECONDS - started)) s ($((size / 1024 / 1024)) MiB, $key)"
+}
+
+if [ "${1:-}" != --from-source ]; then
+    binary="${1:?usage: fence-image.sh FENCE_BINARY | --from-source}"
+    [ -x "$binary" ] || die "$binary is not an executable (build it first: cargo build -p fencing-cli --bin fence)"
+    context="$(mktemp -d)"
+    trap 'rm -rf "$context" "$apt_log"' EXIT
+    strip -o "$context/fence" "$binary"
+    {
+        echo "ARG RUNTIME_IMAGE"
+        sed -n '/^FROM \${RUNTIME_IMAGE}/,$p' Dockerfile | sed 's#^COPY --from=build /out/fence #COPY fence #'
+    } >"$context/Dockerfile"
+    grep -q '^COPY fence /usr/local/bin/fence$' "$context/Dockerfile" ||
+        die "the Dockerfile's runtime stage no longer copies /out/fence from the build stage; update this script"
+    key="binary $(cat "$context/Dockerfile" "$context/fence" | sha256sum | cut -c1-16)"
+    build_labelled "$key" "$context" --build-arg RUNTIME_IMAGE="$RUNTIME"
+    exit 0
+fi
+
 import_rootfs "$BUILD_BASE" bookworm-build.tar --include=gcc,libc6-dev,ca-certificates
 
 # The builder: this machine's toolchain (binaries and libraries, no docs)
@@ -61,26 +105,12 @@ fi
 
 # The fence image, keyed by the content of every tracked file its build can
 # read: the image holds only the `fence` binary, and the tests, benchmarks,
-# scripts and docs (most commits) cannot change it, while a rebuild costs
-# five minutes on two cores. Excluded trees keep the files cargo reads from
-# them (the workspace's member manifests, the protoc wrapper of
+# scripts and docs cannot change it. Excluded trees keep the files cargo
+# reads from them (the workspace's member manifests, the protoc wrapper of
 # .cargo/config.toml); a new top-level file counts until excluded here.
 source_hash="$({
     git ls-files -z -- . ':!README.md' ':!deploy' ':!.ci' ':!docker-compose.yml' \
         ':!integration' ':!examples' ':!scripts'
     git ls-files -z -- integration/Cargo.toml examples/Cargo.toml scripts/protoc
 } | xargs -0 sha256sum | sha256sum | cut -c1-16)"
-if [ "$(docker image inspect "$IMAGE" --format '{{index .Config.Labels "org.fencing.source"}}' 2>/dev/null)" = "$source_hash" ]; then
-    echo "fence-image: reusing $IMAGE (sources $source_hash)"
-    exit 0
-fi
-started=$SECONDS
-log="$cache/fence-image-build.log"
-docker build --build-arg RUST_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$RUNTIME" \
-    --label org.fencing.source="$source_hash" -t "$IMAGE" . >"$log" 2>&1 ||
-    die "docker build failed:
-$(tail -30 "$log")"
-# The build stage (2 GB) and replaced images would pile up run after run.
-docker image prune -f >/dev/null
-size="$(docker image inspect "$IMAGE" --format '{{.Size}}')"
-echo "fence-image: built $IMAGE in $((SECONDS - started)) s ($((size / 1024 / 1024)) MiB, sources $source_hash)"
+build_labelled "sources $source_hash" . --build-arg RUST_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$RUNTIME"

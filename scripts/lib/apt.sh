@@ -5,9 +5,14 @@ apt_updated=0
 apt_log="$(mktemp)"
 trap 'rm -f "$apt_log"' EXIT
 
-# Installs Debian packages, running `apt-get update` once first.
+# Installs Debian packages, running `apt-get update` first unless the
+# package lists are less than an hour old (each installer is a process of
+# its own: without that, one test run would update them five times).
 apt_install() {
     command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $* by hand"
+    if [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -60 2>/dev/null | head -1)" ]; then
+        apt_updated=1
+    fi
     if [ "$apt_updated" = 0 ]; then
         apt-get update -qq >"$apt_log" 2>&1 || die "apt-get update failed:
 $(tail -20 "$apt_log")"

@@ -106,6 +106,29 @@ impl Kind {
 /// apiserver of a Kubernetes cluster comes after them.
 pub const VOTERS: usize = 3;
 
+/// Timing settings of the members that a test may change.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// ZooKeeper's syncLimit in ticks of 200 ms: how long a follower cut
+    /// off from its leader goes on answering.
+    pub sync_limit: u64,
+    /// etcd's `--election-timeout` of each member, in ms (the heartbeat
+    /// interval stays 100 ms); members past the end of the list take 1000.
+    /// A member with a longer one leads on longer once cut off (CheckQuorum
+    /// counts its own election timeout), as operators set it for a distant
+    /// member.
+    pub election_timeouts_ms: Vec<u64>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            sync_limit: SYNC_LIMIT,
+            election_timeouts_ms: Vec::new(),
+        }
+    }
+}
+
 /// The members of one cluster.
 pub struct Cluster {
     pub kind: Kind,
@@ -119,16 +142,15 @@ pub struct Cluster {
 impl Cluster {
     /// Writes the members' configuration under `dir` and starts them.
     pub fn start(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Cluster, String> {
-        Self::start_with_sync_limit(kind, hosts, dir, SYNC_LIMIT)
+        Self::start_tuned(kind, hosts, dir, &Tuning::default())
     }
 
-    /// Like [`Cluster::start`], with ZooKeeper's syncLimit in ticks of 200 ms
-    /// (how long a follower cut off from its leader goes on answering).
-    pub fn start_with_sync_limit(
+    /// Like [`Cluster::start`], with the members' timing settings of `tuning`.
+    pub fn start_tuned(
         kind: Kind,
         hosts: &[Host],
         dir: &Path,
-        sync_limit: u64,
+        tuning: &Tuning,
     ) -> Result<Cluster, String> {
         let mut members = Vec::new();
         let (mut kubeconfig, mut client_kubeconfig) = (None, None);
@@ -139,9 +161,9 @@ impl Cluster {
             let etcd36 = crate::etcd::cluster::EtcdVersion::V3_6;
             let command = match kind {
                 Kind::Local => return Err("a local campaign has no members".into()),
-                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, sync_limit)?,
-                Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir)?,
-                Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir)?,
+                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, tuning.sync_limit)?,
+                Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir, tuning)?,
+                Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir, tuning)?,
                 Kind::Kube => {
                     let plane = super::kube::control_plane(host, voters, &member_dir)?;
                     kubeconfig = Some(plane.kubeconfig);
@@ -323,7 +345,9 @@ fn etcd_member(
     hosts: &[Host],
     i: usize,
     dir: &Path,
+    tuning: &Tuning,
 ) -> Result<MemberCommand, String> {
+    let election_timeout = tuning.election_timeouts_ms.get(i).copied().unwrap_or(1000);
     let binary = version.binary().map_err(|e| e.to_string())?;
     let cluster: Vec<String> = hosts
         .iter()
@@ -345,7 +369,8 @@ fn etcd_member(
             .arg(format!("--initial-cluster={cluster}"))
             .arg("--initial-cluster-state=new")
             .arg("--initial-cluster-token=campaign")
-            .args(["--heartbeat-interval=100", "--election-timeout=1000"]);
+            .arg("--heartbeat-interval=100")
+            .arg(format!("--election-timeout={election_timeout}"));
         // As for ZooKeeper's forceSync=no (see TICK_MS); 3.4 has no such flag.
         if version == crate::etcd::cluster::EtcdVersion::V3_6 {
             cmd.arg("--unsafe-no-fsync");

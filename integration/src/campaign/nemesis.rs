@@ -1,6 +1,7 @@
 //! The seeded fault schedule. Each step runs one cluster fault and one
 //! client fault at the same time, holds them, heals them, and waits a gap.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -13,7 +14,7 @@ use super::run::{Clock, World};
 use crate::net::netns::{Host, Network};
 
 /// One fault. Members and clients are chosen when the fault starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
     /// A follower cut off from the other members; its clients still reach it.
     PartitionFollower,
@@ -216,6 +217,9 @@ pub struct Nemesis {
     /// on the clock, so that when it ends (and with it which faults the
     /// next steps may draw) replays with the seed.
     clock: Option<(u64, usize, Duration)>,
+    /// The kinds drawn so far: each lane draws the kinds it has not drawn
+    /// yet first, so that a short run meets every fault of its lanes.
+    drawn: BTreeSet<Fault>,
 }
 
 /// A hold older than this is a long one (short holds last at most 150 ms).
@@ -234,7 +238,44 @@ impl Nemesis {
             longest: (ttl * 5 / 2).max(Duration::from_millis(2500)),
             next_id: 0,
             clock: None,
+            drawn: BTreeSet::new(),
         }
+    }
+
+    /// Every kind this schedule can draw (its three lanes) that it has not
+    /// drawn yet.
+    pub fn undrawn(&self) -> Vec<Fault> {
+        let first = usize::from(self.kind == Kind::Local);
+        let lanes = [
+            cluster_lane(self.kind),
+            &CLIENT_FAULTS[first..],
+            &STORAGE_FAULTS[..self.storage_faults],
+        ];
+        let all: BTreeSet<Fault> = lanes.into_iter().flatten().copied().collect();
+        all.difference(&self.drawn).copied().collect()
+    }
+
+    /// How many faults have started.
+    pub fn started(&self) -> u64 {
+        self.next_id
+    }
+
+    /// One of `lane`, a kind not drawn yet while there is one (uniform
+    /// among them), else by the lane's weights.
+    fn draw(&mut self, lane: &[Fault]) -> Fault {
+        let fresh: Vec<Fault> = lane
+            .iter()
+            .filter(|f| !self.drawn.contains(f))
+            .copied()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let fault = match fresh.is_empty() {
+            true => *self.rng.pick(lane),
+            false => *self.rng.pick(&fresh),
+        };
+        self.drawn.insert(fault);
+        fault
     }
 
     pub fn next_step(&mut self) -> Step {
@@ -246,7 +287,7 @@ impl Nemesis {
             CLIENT_FAULTS.len()
         };
         let first = usize::from(self.kind == Kind::Local);
-        let client = *self.rng.pick(&CLIENT_FAULTS[first..clocks]);
+        let client = self.draw(&CLIENT_FAULTS[first..clocks]);
         // A storage that forgets its marks in a crash is caught only by a
         // holder frozen across the restart, whose writes arrive after it
         // (late in the step, once the next holder has written): so half of
@@ -255,17 +296,19 @@ impl Nemesis {
             // With a PostgreSQL server, its crash as often as the file
             // storage's (no draw without one: old seeds replay as before).
             let pg = self.storage_faults > 2 && self.rng.below(2) == 0;
-            Some(if pg {
+            let crash = if pg {
                 Fault::KillPostgres
             } else {
                 Fault::KillStorage
-            })
+            };
+            self.drawn.insert(crash);
+            Some(crash)
         } else {
             let faults = &STORAGE_FAULTS[..self.storage_faults];
-            (self.rng.below(4) == 0).then(|| *self.rng.pick(faults))
+            (self.rng.below(4) == 0).then(|| self.draw(faults))
         };
         let duration = self.rng.duration(Duration::from_millis(800), self.longest);
-        let cluster = *self.rng.pick(cluster_lane(self.kind));
+        let cluster = self.draw(cluster_lane(self.kind));
         let storage_at = duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0);
         let gap = self
             .rng
@@ -696,6 +739,48 @@ mod tests {
         assert_eq!(zk, expected);
         assert_eq!(drawn(Kind::Kube, 2000), names(&KUBE_FAULTS));
         assert_eq!(drawn(Kind::Local, 2000), names(&LOCAL_FAULTS));
+    }
+
+    /// How many steps a schedule takes until it has drawn every kind of
+    /// its three lanes.
+    fn steps_to_cover(kind: Kind, postgres: bool, seed: u64) -> usize {
+        let mut nemesis = Nemesis::new(Rng::new(seed), 4, kind, Duration::from_secs(1), postgres);
+        (1..=1000)
+            .find(|_| {
+                nemesis.next_step();
+                nemesis.undrawn().is_empty()
+            })
+            .expect("every kind drawn within 1000 steps")
+    }
+
+    #[test]
+    fn a_schedule_draws_every_kind_of_its_lanes_early() {
+        let all = |nemesis: &Nemesis| nemesis.undrawn().len();
+        let etcd = Nemesis::new(
+            Rng::new(1),
+            4,
+            Kind::Etcd(EtcdVersion::V3_6),
+            Duration::from_secs(1),
+            true,
+        );
+        // 9 cluster kinds, 7 client kinds, 4 storage kinds.
+        assert_eq!(all(&etcd), 20);
+        let local = Nemesis::new(Rng::new(1), 4, Kind::Local, Duration::from_secs(1), false);
+        // Both lanes are client faults (no partition), and no PostgreSQL.
+        assert_eq!(all(&local), 8);
+        for seed in 0..50 {
+            for (kind, pg) in [
+                (Kind::Etcd(EtcdVersion::V3_6), true),
+                (Kind::Zk(ZkVersion::V3_9), true),
+                (Kind::Kube, true),
+                (Kind::Local, false),
+            ] {
+                // Uniform draws would need about 70 steps on etcd (a kind
+                // of 1 in 11, the storage lane one step in four).
+                let steps = steps_to_cover(kind, pg, seed);
+                assert!(steps <= 40, "{kind:?} seed {seed}: {steps} steps");
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::client::{monotonic_ns, ClientLine, Reply};
 use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
 use super::kube::AdminAction;
 use super::members::{Cluster, Kind};
-use super::nemesis::{kube_admin, Nemesis};
+use super::nemesis::{kube_admin, Fault, Nemesis};
 use super::pg_storage::{self, PgStore};
 use super::rng::Rng;
 use super::storage::{self, Storage};
@@ -67,7 +67,12 @@ pub enum Workload {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub kind: Kind,
+    /// How long faults are injected; with `until_floors`, the longest.
     pub duration: Duration,
+    /// Stop injecting faults as soon as the run has reached `min_grants`,
+    /// `min_faults` and drawn every fault kind of its lanes: a run sized by
+    /// what it proves, not by minutes (a slower machine takes longer).
+    pub until_floors: bool,
     pub seed: u64,
     pub clients: usize,
     /// How many locks the clients are spread over ([`lock_names`]).
@@ -116,15 +121,23 @@ pub struct Outcome {
     pub report: Report,
     /// Locks still held at the coordinator after every client stopped.
     pub leftover_holder: Option<String>,
-    /// Minimums of the configuration that the run fell short of.
+    /// Minimums of the configuration that the run fell short of: too
+    /// little exercised, which is not a broken property.
     pub shortfalls: Vec<String>,
+    /// How long faults were injected.
+    pub faulted: Duration,
     pub history: PathBuf,
     pub timeline: PathBuf,
 }
 
 impl Outcome {
+    /// Every property held and nothing was left behind.
+    pub fn held(&self) -> bool {
+        self.report.passed() && self.leftover_holder.is_none()
+    }
+
     pub fn passed(&self) -> bool {
-        self.report.passed() && self.leftover_holder.is_none() && self.shortfalls.is_empty()
+        self.held() && self.shortfalls.is_empty()
     }
 }
 
@@ -210,6 +223,15 @@ impl Recorder {
             .collect();
         held.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         held
+    }
+
+    /// How many grants the clients reported so far.
+    pub fn grants(&self) -> usize {
+        let events = self.events.lock().unwrap();
+        events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Grant { .. }))
+            .count()
     }
 
     /// Whether any client was granted the lock after `since_ns`.
@@ -724,7 +746,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     if let (Ok(stored), Some(pg)) = (&mut stored, &world.postgres) {
         stored.marks.extend(pg.fences().await?);
     }
-    result?;
+    let (faulted, undrawn) = result?;
     let events = recorder.events();
     let bugs = checker::ServerBugs {
         resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
@@ -754,10 +776,15 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     if faults < cfg.min_faults {
         shortfalls.push(format!("{faults} faults, fewer than {}", cfg.min_faults));
     }
+    if cfg.until_floors && !undrawn.is_empty() {
+        let names: Vec<&str> = undrawn.iter().map(|f| f.name()).collect();
+        shortfalls.push(format!("never drawn: {}", names.join(", ")));
+    }
     Ok(Outcome {
         report,
         leftover_holder: leftover,
         shortfalls,
+        faulted,
         history: history_path,
         timeline: timeline_path,
     })
@@ -904,9 +931,12 @@ async fn wait_for_apiserver(world: &World, limit: Duration) -> Result<(), String
 }
 
 /// The fault schedule: two lanes (cluster faults, client faults) until the
-/// duration ends, then healing and a recovery window.
-async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
-    let deadline = Instant::now() + cfg.duration;
+/// duration ends (or, with `until_floors`, the floors are reached), then
+/// healing and a recovery window. Returns how long faults were injected
+/// and the fault kinds never drawn.
+async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Fault>), String> {
+    let began = Instant::now();
+    let deadline = began + cfg.duration;
     let mut nemesis = Nemesis::new(
         Rng::new(cfg.seed),
         world.clients.len(),
@@ -917,6 +947,12 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     // Let the clients take their first grants before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
+        let reached = world.recorder.grants() >= cfg.min_grants
+            && nemesis.started() >= cfg.min_faults as u64
+            && nemesis.undrawn().is_empty();
+        if cfg.until_floors && reached {
+            break;
+        }
         let step = nemesis.next_step();
         let started = nemesis.start(world, &[step.cluster, step.client]).await?;
         tokio::time::sleep(step.storage_at).await;
@@ -928,6 +964,7 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
         nemesis.end(world, started).await?;
         tokio::time::sleep(step.gap).await;
     }
+    let faulted = began.elapsed();
     nemesis.finish(world).await?;
     heal_everything(world).await?;
     let healed = world
@@ -939,7 +976,7 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(), String> {
     while !world.recorder.granted_since(healed) && started.elapsed() < bound {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(())
+    Ok((faulted, nemesis.undrawn()))
 }
 
 /// No fault may outlive the run: links healed, pauses ended, dead members,

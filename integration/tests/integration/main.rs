@@ -13,6 +13,7 @@ mod postgres;
 mod zk;
 
 mod cluster_gate_sources;
+mod cut_off;
 mod docker_compose;
 mod election;
 mod local_crash;

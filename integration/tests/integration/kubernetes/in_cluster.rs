@@ -7,7 +7,8 @@
 //! the leader's pod is stopped the other leads with a higher token.
 //!
 //! Needs Docker and the image `fencing/fence:local` that
-//! `scripts/install/fence-image.sh` builds from the repository's Dockerfile.
+//! `scripts/install/fence-image.sh` builds: the runtime stage of the
+//! repository's Dockerfile around a `fence` binary built on this machine.
 
 use std::path::Path;
 use std::process::Output;
@@ -218,7 +219,7 @@ async fn the_image_leads_in_cluster_with_the_manifests_arguments() {
     let image = docker(&["image", "inspect", IMAGE]).await;
     assert!(
         image.status.success(),
-        "image {IMAGE} missing: scripts/install/fence-image.sh builds it"
+        "image {IMAGE} missing: scripts/install/fence-image.sh target/debug/fence builds it"
     );
     let cluster = KubeCluster::start().await.expect("kube-apiserver");
     let (account, line) = deployment_command();
