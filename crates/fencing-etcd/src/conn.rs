@@ -38,7 +38,12 @@ impl Conn {
         let mut opts = ConnectOptions::new()
             .with_timeout(cfg.request_timeout)
             .with_connect_timeout(cfg.request_timeout)
-            .with_keep_alive(cfg.request_timeout, cfg.request_timeout);
+            .with_keep_alive(cfg.request_timeout, cfg.request_timeout)
+            // Go's WithRequireLeader, on every request and stream: a member
+            // that lost its leader refuses requests and cancels its watch
+            // and keep-alive streams instead of serving a watch that can
+            // no longer see a delete; we then go to another member.
+            .with_require_leader(true);
         if let Some((user, password)) = &cfg.auth {
             opts = opts.with_user(user.clone(), password.clone());
         }

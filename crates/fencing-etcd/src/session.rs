@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{GetOptions, LeaseKeepAliveStream, LeaseKeeper};
 use fencing_core::backend::{LeaseGroup, LeaseTracker};
 use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
@@ -27,10 +27,13 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Grants a lease and starts keeping it alive.
+    /// Grants a lease and starts keeping it alive. `vouch_key` is a key the
+    /// client may read (the source's prefix): each renewal counts only once
+    /// a linearizable read of it vouches for the leader that renewed.
     pub(crate) async fn start(
         conn: &Conn,
         ttl: Duration,
+        vouch_key: &str,
     ) -> Result<(Session, etcd_client::ResponseHeader)> {
         let sent = Instant::now();
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
@@ -42,9 +45,24 @@ impl Session {
         let header = resp
             .take_header()
             .ok_or_else(|| Error::backend("etcd lease grant", "response without header"))?;
-        let ttl = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(0).max(1));
+        // Counted for what we asked, not what the member that answered
+        // granted: each member's lessor raises a lease to its own minimum
+        // (1.5 election timeouts, whole seconds) when it applies the grant,
+        // so a member with a long election timeout answers, say, 8 s where
+        // its peers keep 2 s, and a peer that takes over revokes the lease
+        // after 2 s + one election timeout (etcd::partitions saw the next
+        // holder granted 4.1-4.8 s after a cut, while an 8 s count ran to
+        // 6.7 s). No member keeps less than we asked.
+        let counted = resp.ttl().min(secs).max(1);
+        let ttl = Duration::from_secs(u64::try_from(counted).unwrap_or(1));
         let group = Arc::new(LeaseGroup::new(sent, ttl));
-        let keeper = tokio::spawn(keep_alive(conn.clone(), resp.id(), ttl, group.clone()));
+        let renewal = Renewer {
+            conn: conn.clone(),
+            id: resp.id(),
+            ttl_secs: counted,
+            vouch_key: vouch_key.as_bytes().to_vec(),
+        };
+        let keeper = tokio::spawn(keep_alive(renewal, ttl, group.clone()));
         if ttl < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?ttl,
@@ -121,10 +139,11 @@ impl Drop for Session {
 /// unanswered renewal is retried on a fresh stream after a short pause, not
 /// a whole period later: when the member carrying the stream dies or
 /// stalls, the next attempts reach another member while the lease still
-/// has time left. Each attempt is bounded by half a period, so several fit
-/// before the local deadline ends the session.
-async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) {
+/// has time left. Each attempt (keep-alive and vouching read) is bounded by
+/// half a period, so several fit before the local deadline ends the session.
+async fn keep_alive(renewer: Renewer, ttl: Duration, group: Arc<LeaseGroup>) {
     let period = ttl / 3;
+    let id = renewer.id;
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut wait = period;
     loop {
@@ -136,23 +155,22 @@ async fn keep_alive(conn: Conn, id: i64, ttl: Duration, group: Arc<LeaseGroup>) 
             _ = tokio::time::sleep(wait) => {}
         }
         let sent = Instant::now();
-        let attempt = renew_once(&conn, id, ttl.as_secs() as i64, &mut stream);
-        let failure = match tokio::time::timeout(period / 2, attempt).await {
-            Ok(Ok(granted)) if granted > 0 => {
-                if !group.renewed(sent, Duration::from_secs(granted as u64)) {
+        let failure = match tokio::time::timeout(period / 2, renewer.renew(&mut stream)).await {
+            Ok(Ok(granted)) => {
+                if !group.renewed(sent, Duration::from_secs(granted)) {
                     return;
                 }
                 wait = period;
                 continue;
             }
-            Ok(Ok(_)) | Ok(Err(Renewal::Expired)) => {
+            Ok(Err(Renewal::Expired)) => {
                 group.lose(
                     LossReason::SessionExpired,
                     "etcd lease expired (keep-alive answered TTL 0)",
                 );
                 return;
             }
-            Ok(Err(Renewal::Failed(e))) => e.to_string(),
+            Ok(Err(Renewal::Failed(e))) => e,
             Err(_) => format!("no answer within {:?}", period / 2),
         };
         tracing::warn!(lease = format_args!("{id:x}"), error = %failure, "etcd keep-alive failed; retrying on a new stream");
@@ -170,42 +188,124 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 enum Renewal {
     Expired,
-    Failed(etcd_client::Error),
+    Failed(String),
 }
 
-/// One keep-alive round trip; returns the TTL the server granted.
-async fn renew_once(
-    conn: &Conn,
+/// What one renewal needs.
+struct Renewer {
+    conn: Conn,
     id: i64,
-    lease_ttl: i64,
-    stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
-) -> std::result::Result<i64, Renewal> {
-    let (keeper, replies) = match stream {
-        Some(s) => s,
-        None => {
-            // Opening the stream sends a first keep-alive and reads its reply.
-            let opened = conn.client().lease_keep_alive(id).await;
-            return match opened {
-                Ok(s) => {
-                    // The crate checked that reply (TTL > 0) without handing
-                    // it over; the lease keeps the TTL it was granted with.
-                    *stream = Some(s);
-                    Ok(lease_ttl)
+    /// The TTL the lease is counted for (see [`Session::start`]).
+    ttl_secs: i64,
+    vouch_key: Vec<u8>,
+}
+
+impl Renewer {
+    /// One keep-alive round trip, vouched for by a quorum; returns the TTL
+    /// the server granted (whole seconds).
+    ///
+    /// # Why a renewal needs a quorum read after it
+    ///
+    /// etcd answers a keep-alive on the leader from its lessor alone: 3.4
+    /// asks no one, and 3.6's `ensureLeadership` passes while the member
+    /// still ticks. A leader cut off from its peers therefore renews leases
+    /// until CheckQuorum deposes it, up to two of its election timeouts
+    /// after the cut, while the others elect a leader whose lessor gives
+    /// each lease only one election timeout + TTL from its promotion and
+    /// then revokes it (the renewal was never replicated: renewals are not
+    /// raft entries). Counting such a renewal overlaps the next holder.
+    ///
+    /// So after the keep-alive's reply, which carries the raft term `T` of
+    /// the member that answered, we send a linearizable read, which etcd
+    /// serves only after its leader has heard a quorum acknowledge a
+    /// heartbeat sent after the read arrived (ReadIndex), and count the
+    /// renewal only if the read's term is also `T`.
+    ///
+    /// Argument: let `s` be the keep-alive's send time. The read reaches
+    /// the cluster after the reply, so after `s`, and its term `T` means the
+    /// leader of term `T` had a quorum `Q` acknowledge it after `s`. Suppose
+    /// a leader of a higher term `T'` had been elected before `s`: a quorum
+    /// `Q'` had then taken term `T'` before `s`; `Q` and `Q'` share a
+    /// member, which after `s` could not have acknowledged a term-`T`
+    /// heartbeat (raft rejects messages of lower terms). So every leader
+    /// after `T` is elected after `s`, and its lessor's promotion gives our
+    /// lease at least TTL from then, later than what we count (TTL from `s`,
+    /// less the drift margin). The leader of term `T` itself renewed at or
+    /// after `s`. Our deadline is thus never past the lease's end on any
+    /// leader of term `T` or later.
+    ///
+    /// The argument takes the keep-alive to have been renewed by the leader
+    /// of the term in its reply. That holds when the leader answered it,
+    /// and when a follower forwarded it in the term it reports. A follower
+    /// that took a higher term between forwarding to a deposed leader and
+    /// answering would break it: that needs a deposed leader that still
+    /// reaches the follower but not a quorum, so five members or more, and
+    /// a follower that learns the new term (which its quorum had for at
+    /// least a tenth of the TTL plus an election timeout) exactly while
+    /// its forward is in flight. We know of no way to see it from the
+    /// client and accept it.
+    ///
+    /// When the read fails, times out, or reports another term, the renewal
+    /// is not counted and is tried again: a deposed leader cannot vouch for
+    /// itself, and a lease renewed only on it runs out on our clock first.
+    async fn renew(
+        &self,
+        stream: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    ) -> std::result::Result<u64, Renewal> {
+        let (keeper, replies) = match stream {
+            Some(s) => s,
+            None => {
+                // Opening the stream sends a first keep-alive and reads its
+                // reply, which the crate checks (TTL > 0) without handing
+                // it over: its term is unknown, so it is not counted, and
+                // the keep-alive below is the one that counts.
+                let opened = self.conn.client().lease_keep_alive(self.id).await;
+                match opened {
+                    Ok(s) => stream.insert(s),
+                    Err(etcd_client::Error::LeaseKeepAliveError(msg))
+                        if msg.contains("not found") =>
+                    {
+                        return Err(Renewal::Expired);
+                    }
+                    Err(e) => return Err(Renewal::Failed(e.to_string())),
                 }
-                Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => {
-                    Err(Renewal::Expired)
-                }
-                Err(e) => Err(Renewal::Failed(e)),
-            };
+            }
+        };
+        keeper
+            .keep_alive()
+            .await
+            .map_err(|e| Renewal::Failed(e.to_string()))?;
+        let reply = match replies.message().await {
+            Ok(Some(reply)) if reply.ttl() <= 0 => return Err(Renewal::Expired),
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Err(Renewal::Failed("stream closed".into())),
+            Err(e) => return Err(Renewal::Failed(e.to_string())),
+        };
+        let term = reply.header().map(|h| h.raft_term());
+        let vouched = self.vouching_term().await?;
+        if term != Some(vouched) {
+            return Err(Renewal::Failed(format!(
+                "keep-alive answered in raft term {term:?}, but a quorum read after it in term \
+                 {vouched}: the renewal may not outlive a leader change"
+            )));
         }
-    };
-    keeper.keep_alive().await.map_err(Renewal::Failed)?;
-    match replies.message().await {
-        Ok(Some(reply)) if reply.ttl() <= 0 => Err(Renewal::Expired),
-        Ok(Some(reply)) => Ok(reply.ttl()),
-        Ok(None) => Err(Renewal::Failed(etcd_client::Error::LeaseKeepAliveError(
-            "stream closed".into(),
-        ))),
-        Err(e) => Err(Renewal::Failed(e)),
+        // A member's TTL may exceed what its peers keep (see `start`).
+        Ok(reply.ttl().min(self.ttl_secs).max(1) as u64)
+    }
+
+    /// The raft term of a linearizable read sent now.
+    async fn vouching_term(&self) -> std::result::Result<u64, Renewal> {
+        let key = self.vouch_key.clone();
+        let resp = self
+            .conn
+            .call("lease renewal vouch (linearizable read)", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, Some(GetOptions::new().with_count_only())).await }
+            })
+            .await
+            .map_err(|e| Renewal::Failed(e.to_string()))?;
+        resp.header()
+            .map(|h| h.raft_term())
+            .ok_or_else(|| Renewal::Failed("read answered without a header".into()))
     }
 }

@@ -216,7 +216,7 @@ impl EtcdSource {
         if let Some(s) = sessions.current.get(&ttl).filter(|s| s.serves_new_grants()) {
             return Ok(s.clone());
         }
-        let (session, _) = Session::start(&self.inner.conn, ttl).await?;
+        let (session, _) = Session::start(&self.inner.conn, ttl, &self.inner.cfg.prefix).await?;
         let session = Arc::new(session);
         sessions.replace(ttl, session.clone());
         Ok(session)

@@ -3,8 +3,8 @@
 //! application chose is a configuration error naming the fix (not a panic
 //! inside rustls), and the application's own choice is then free to land.
 //!
-//! Run by scripts/check.sh:
-//! `cargo test -p fencing --no-default-features --features zookeeper,kube,ring --test tls_provider`
+//! Run by scripts/check.sh (with the crate's unit tests):
+//! `cargo test -p fencing --no-default-features --features zookeeper,kube,ring --lib --test tls_provider`
 #![cfg(all(feature = "zookeeper", feature = "kube", feature = "ring"))]
 
 use std::io::Write;

@@ -173,6 +173,15 @@ enum Command {
         #[arg(long)]
         endpoint: String,
     },
+    /// Asks the etcd leader at --endpoint to hand leadership to the member
+    /// named --to (run inside the leader's namespace)
+    #[command(hide = true)]
+    MoveLeader {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        to: String,
+    },
     /// Asks the apiserver to be ready, or deletes the campaign's Leases
     /// (started by `run` inside the apiserver's namespace)
     #[command(hide = true)]
@@ -237,6 +246,7 @@ fn main() -> ExitCode {
                 locks,
             } => inspect(source, within_ms, &lock_names(locks)).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
+            Command::MoveLeader { endpoint, to } => move_leader(endpoint, to).await,
             Command::KubeAdmin {
                 kubeconfig,
                 action,
@@ -625,6 +635,24 @@ async fn maintain(endpoint: String) -> ExitCode {
         }
         Err(_) => {
             eprintln!("maintain: no answer within 8 s");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn move_leader(endpoint: String, to: String) -> ExitCode {
+    let work = fencing_integration::etcd::cluster::move_leader(&endpoint, &to);
+    match tokio::time::timeout(Duration::from_secs(8), work).await {
+        Ok(Ok(())) => {
+            println!("leadership moved to {to}");
+            ExitCode::SUCCESS
+        }
+        Ok(Err(e)) => {
+            eprintln!("move-leader: {e}");
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("move-leader: no answer within 8 s");
             ExitCode::from(2)
         }
     }

@@ -106,6 +106,26 @@ impl Kind {
 /// apiserver of a Kubernetes cluster comes after them.
 pub const VOTERS: usize = 3;
 
+/// The etcd campaign's distant member: its election timeout is
+/// [`DISTANT_ELECTION_MS`], the others' 1000 ms, as operators set it for a
+/// member far from the rest. Once it leads and is cut off, it leads on
+/// until CheckQuorum counts its own timeout, while the others elect a new
+/// leader within about a second (`Fault::DeposeDistantLeader`).
+pub const DISTANT: usize = 0;
+pub const DISTANT_ELECTION_MS: u64 = 5000;
+
+impl Tuning {
+    /// The campaign's settings for `kind`.
+    pub fn campaign(kind: Kind) -> Tuning {
+        let mut tuning = Tuning::default();
+        if let Kind::Etcd(_) = kind {
+            tuning.election_timeouts_ms = vec![1000; VOTERS];
+            tuning.election_timeouts_ms[DISTANT] = DISTANT_ELECTION_MS;
+        }
+        tuning
+    }
+}
+
 /// Timing settings of the members that a test may change.
 #[derive(Clone, Debug)]
 pub struct Tuning {

@@ -8,7 +8,7 @@ use rustix::process::Signal;
 
 use super::history::{EventKind, NEMESIS};
 use super::kube::AdminAction;
-use super::members::{Kind, VOTERS};
+use super::members::{Kind, DISTANT, VOTERS};
 use super::rng::Rng;
 use super::run::{Clock, World};
 use crate::net::netns::{Host, Network};
@@ -25,6 +25,12 @@ pub enum Fault {
     /// election timeout) it waits for a quorum, believes it leads.
     /// ZooKeeper's isolated leader answers `sync` alone in that window.
     DeposeLeader,
+    /// etcd: leadership moved to the distant member (the one with a long
+    /// election timeout, [`DISTANT`]), once its pinned client holds a lock,
+    /// and that member cut off for at least [`DISTANT_CUT`]: the others
+    /// elect a leader within about a second while it leads on (CheckQuorum
+    /// counts its own, longer, timeout) and answers keep-alives alone.
+    DeposeDistantLeader,
     /// Two members cut from each other; the third reaches both.
     PartitionBridge,
     /// One client cut off from every member.
@@ -77,6 +83,7 @@ impl Fault {
             Fault::PartitionFollower => "partition-follower",
             Fault::PartitionLeader => "partition-leader",
             Fault::DeposeLeader => "depose-leader",
+            Fault::DeposeDistantLeader => "depose-distant-leader",
             Fault::PartitionBridge => "partition-bridge",
             Fault::PartitionClient => "partition-client",
             Fault::PauseMember => "pause-member",
@@ -102,9 +109,10 @@ impl Fault {
 }
 
 /// Partitions between members come up most often: they are what leases
-/// get wrong. The last entry, etcd's maintenance, is left out on ZooKeeper
-/// (its maintenance here is the leader change).
-const MEMBER_FAULTS: [Fault; 11] = [
+/// get wrong. The last [`ETCD_ONLY`] entries are left out on ZooKeeper: its
+/// maintenance here is the leader change, and its members all share one
+/// tick.
+const MEMBER_FAULTS: [Fault; 12] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
@@ -116,7 +124,9 @@ const MEMBER_FAULTS: [Fault; 11] = [
     Fault::KillLeader,
     Fault::KillCluster,
     Fault::CompactDefrag,
+    Fault::DeposeDistantLeader,
 ];
+const ETCD_ONLY: usize = 2;
 /// Kubernetes: the faults of its etcd (a crash of the etcd leader or of
 /// all its members, its maintenance), of the apiserver, and Lease deletion.
 const KUBE_FAULTS: [Fault; 10] = [
@@ -138,7 +148,7 @@ const LOCAL_FAULTS: [Fault; 2] = [Fault::PauseClient, Fault::KillClient];
 fn cluster_lane(kind: Kind) -> &'static [Fault] {
     match kind {
         Kind::Local => &LOCAL_FAULTS,
-        Kind::Zk(_) => &MEMBER_FAULTS[..MEMBER_FAULTS.len() - 1],
+        Kind::Zk(_) => &MEMBER_FAULTS[..MEMBER_FAULTS.len() - ETCD_ONLY],
         Kind::Etcd(_) => &MEMBER_FAULTS,
         Kind::Kube => &KUBE_FAULTS,
     }
@@ -228,6 +238,12 @@ const LONG_HOLD_NS: u64 = 300_000_000;
 /// How long a client runs on a faked clock.
 const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
+/// The shortest cut of [`Fault::DeposeDistantLeader`]: past the new
+/// leader's election (about 1.5 s) and its lessor's grace for the leases it
+/// takes over (one election timeout + the 2 s TTL), so that it revokes the
+/// holder's lease and grants the lock to the next client during the cut.
+const DISTANT_CUT: Duration = Duration::from_secs(6);
+
 impl Nemesis {
     pub fn new(rng: Rng, clients: usize, kind: Kind, ttl: Duration, postgres: bool) -> Self {
         Nemesis {
@@ -309,6 +325,10 @@ impl Nemesis {
         };
         let duration = self.rng.duration(Duration::from_millis(800), self.longest);
         let cluster = self.draw(cluster_lane(self.kind));
+        let duration = match cluster {
+            Fault::DeposeDistantLeader => duration.max(DISTANT_CUT),
+            _ => duration,
+        };
         let storage_at = duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0);
         let gap = self
             .rng
@@ -510,6 +530,16 @@ impl Nemesis {
                 }
                 Ok((format!("m{}", old + 1), Undo::Heal))
             }
+            Fault::DeposeDistantLeader => {
+                wait_for_holder(world, DISTANT).await;
+                let moved = match leader {
+                    Some(l) if l == DISTANT => "led already".to_owned(),
+                    Some(l) => move_leader(world, l, DISTANT).await,
+                    None => "no leader to move".to_owned(),
+                };
+                isolate(net()?, &member_hosts, DISTANT)?;
+                Ok((format!("m{}: {moved}", DISTANT + 1), Undo::Heal))
+            }
             Fault::PartitionBridge => {
                 let bridge = self.rng.below(members);
                 let (a, b) = ((bridge + 1) % members, (bridge + 2) % members);
@@ -670,6 +700,29 @@ async fn maintain(world: &World, i: usize) -> String {
 }
 
 /// Runs a helper job of the campaign binary; its output, or why it failed.
+/// Waits (at most 2 s) until the client pinned to member `m` holds a lock.
+async fn wait_for_holder(world: &World, m: usize) {
+    let name = &world.clients[m].name;
+    let waited = Instant::now();
+    while waited.elapsed() < Duration::from_secs(2) {
+        if world.recorder.holders().iter().any(|(c, _)| c == name) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asks etcd member `leader` to hand leadership to member `to`.
+async fn move_leader(world: &World, leader: usize, to: usize) -> String {
+    let Some(cluster) = world.cluster.as_ref() else {
+        return "no cluster".into();
+    };
+    let mut cmd = cluster.members[leader].host.command(world.exe());
+    cmd.args(["move-leader", "--endpoint", &cluster.endpoint(leader)])
+        .args(["--to", &format!("m{}", to + 1)]);
+    helper_output(cmd, Duration::from_secs(10)).await
+}
+
 async fn helper_output(cmd: std::process::Command, limit: Duration) -> String {
     let run = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
@@ -733,9 +786,11 @@ mod tests {
         let etcd = drawn(Kind::Etcd(EtcdVersion::V3_6), 2000);
         assert_eq!(etcd, names(&MEMBER_FAULTS));
         assert!(etcd.contains("depose-leader") && etcd.contains("kill-cluster"));
+        assert!(etcd.contains("depose-distant-leader") && etcd.contains("compact-defrag"));
         let zk = drawn(Kind::Zk(ZkVersion::V3_9), 2000);
         let mut expected = names(&MEMBER_FAULTS);
         expected.remove("compact-defrag");
+        expected.remove("depose-distant-leader");
         assert_eq!(zk, expected);
         assert_eq!(drawn(Kind::Kube, 2000), names(&KUBE_FAULTS));
         assert_eq!(drawn(Kind::Local, 2000), names(&LOCAL_FAULTS));
@@ -763,8 +818,8 @@ mod tests {
             Duration::from_secs(1),
             true,
         );
-        // 9 cluster kinds, 7 client kinds, 4 storage kinds.
-        assert_eq!(all(&etcd), 20);
+        // 10 cluster kinds, 7 client kinds, 4 storage kinds.
+        assert_eq!(all(&etcd), 21);
         let local = Nemesis::new(Rng::new(1), 4, Kind::Local, Duration::from_secs(1), false);
         // Both lanes are client faults (no partition), and no PostgreSQL.
         assert_eq!(all(&local), 8);

@@ -17,7 +17,7 @@ use super::checker::{self, Report};
 use super::client::{monotonic_ns, ClientLine, Reply};
 use super::history::{self, Event, EventKind, WriteOutcome, NEMESIS};
 use super::kube::AdminAction;
-use super::members::{Cluster, Kind};
+use super::members::{Cluster, Kind, Tuning};
 use super::nemesis::{kube_admin, Fault, Nemesis};
 use super::pg_storage::{self, PgStore};
 use super::rng::Rng;
@@ -886,7 +886,12 @@ fn start_cluster(cfg: &Config) -> Result<(Network, Cluster, Vec<Option<Host>>), 
     let client_hosts = (1..=cfg.clients)
         .map(|i| add(cfg.client_name(i - 1)).map(Some))
         .collect::<Result<Vec<_>, _>>()?;
-    let cluster = Cluster::start(cfg.kind, &member_hosts, &cfg.out)?;
+    let cluster = Cluster::start_tuned(
+        cfg.kind,
+        &member_hosts,
+        &cfg.out,
+        &Tuning::campaign(cfg.kind),
+    )?;
     Ok((network, cluster, client_hosts))
 }
 

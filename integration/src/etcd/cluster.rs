@@ -734,6 +734,23 @@ fn samples<'a>(
     })
 }
 
+/// Asks the etcd leader at `endpoint` (`ip:port`) to hand leadership to the
+/// member named `to` (etcd's MoveLeader, which only the leader accepts).
+pub async fn move_leader(endpoint: &str, to: &str) -> Result<(), String> {
+    let mut client = Client::connect([endpoint], None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let members = client.member_list().await.map_err(|e| e.to_string())?;
+    let id = members
+        .members()
+        .iter()
+        .find(|m| m.name() == to)
+        .map(|m| m.id())
+        .ok_or_else(|| format!("no member named {to}"))?;
+    client.move_leader(id).await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::samples;

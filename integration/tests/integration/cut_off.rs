@@ -54,6 +54,10 @@ async fn clients(
     ready: mpsc::Sender<()>,
     cut: tokio::sync::oneshot::Receiver<()>,
 ) -> Seen {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let lock = ResourceName::new("partitioned").unwrap();
     let opts = |ttl| {
         AcquireOptions::new()
@@ -164,6 +168,20 @@ impl Partitioned {
             .split(&[&self.cluster.members[isolated].host], &rest)
             .unwrap();
     }
+}
+
+/// Waits (at most 30 s) for one of the members other than `old` to lead,
+/// and says when, and whether `old` still says it leads.
+pub fn report_new_leader(p: &Partitioned, old: usize) {
+    let cut = std::time::Instant::now();
+    let elected = wait_for(Duration::from_secs(30), || {
+        (0..3).find(|&m| m != old && p.cluster.is_leader(m))
+    });
+    println!(
+        "new leader {elected:?} {} ms after the cut; the old one still says it leads: {}",
+        cut.elapsed().as_millis(),
+        p.cluster.is_leader(old)
+    );
 }
 
 /// Polls `probe` every 100 ms until it finds something or `limit` passes.

@@ -5,4 +5,5 @@ mod faults;
 mod harness;
 mod interop;
 mod many_locks;
+mod partitions;
 mod security;
