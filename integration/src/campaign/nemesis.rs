@@ -700,11 +700,11 @@ async fn maintain(world: &World, i: usize) -> String {
 }
 
 /// Runs a helper job of the campaign binary; its output, or why it failed.
-/// Waits (at most 2 s) until the client pinned to member `m` holds a lock.
+/// Waits (at most 4 s) until the client pinned to member `m` holds a lock.
 async fn wait_for_holder(world: &World, m: usize) {
     let name = &world.clients[m].name;
     let waited = Instant::now();
-    while waited.elapsed() < Duration::from_secs(2) {
+    while waited.elapsed() < Duration::from_secs(4) {
         if world.recorder.holders().iter().any(|(c, _)| c == name) {
             return;
         }
