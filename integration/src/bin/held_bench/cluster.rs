@@ -154,16 +154,20 @@ impl Cluster {
     }
 
     /// The requests that keep a session alive, counted so far: etcd's
-    /// LeaseKeepAlive messages; every packet ZooKeeper received from
-    /// clients (while the locks are idle: pings and our session's
-    /// heartbeats).
+    /// LeaseKeepAlive messages and Range requests (while the locks are
+    /// idle, only our sources read: the linearizable read that vouches for
+    /// each renewal); every packet ZooKeeper received from clients (while
+    /// the locks are idle: pings and our session's heartbeats).
     pub async fn keepalives(&self) -> Result<f64, BoxError> {
         Ok(match self {
             Cluster::Etcd(c) => {
                 let by = c
                     .metric_by("grpc_server_msg_received_total", Some("grpc_method"))
                     .await?;
-                by.get("LeaseKeepAlive").copied().unwrap_or(0.0)
+                ["LeaseKeepAlive", "Range"]
+                    .iter()
+                    .map(|m| by.get(*m).copied().unwrap_or(0.0))
+                    .sum()
             }
             Cluster::Zk(z) => z.client_packets().await?,
         })
