@@ -13,8 +13,10 @@ steps_table=()
 steps_dir="$(mktemp -d)"
 declare -A steps_pid=()
 
-steps_record() { # NAME SECONDS STATUS
-    steps_table+=("$(awk -v n="$1" -v s="$2" -v st="$3" 'BEGIN { printf "%-58s %6d s %6.1f min  %s", n, s, s / 60, st }')")
+steps_record() { # NAME SECONDS EXIT-STATUS [NOTE]
+    local result=ok
+    [ "$3" = 0 ] || result="FAILED ($3)"
+    steps_table+=("$(awk -v n="$1" -v s="$2" -v r="$result${4:+, $4}" 'BEGIN { printf "%-58s %6d s %6.1f min  %s", n, s, s / 60, r }')")
 }
 
 step() {
@@ -22,7 +24,7 @@ step() {
     shift
     echo "== $name"
     "$@" || status=$?
-    steps_record "$name" $((SECONDS - started)) "$([ $status = 0 ] && echo ok || echo "FAILED ($status)")"
+    steps_record "$name" $((SECONDS - started)) $status
     if [ $status != 0 ]; then
         echo "== $name failed after $((SECONDS - started)) s" >&2
         return $status
@@ -55,19 +57,18 @@ step_wait() {
     cat "$log"
     local took=0
     [ -f "$log.done" ] && read -r took _ <"$log.done"
-    steps_record "$name (background)" "$took" \
-        "$([ $status = 0 ] && echo ok || echo "FAILED ($status)"), waited for it $((SECONDS - waited)) s"
+    steps_record "$name (background)" "$took" $status "waited for it $((SECONDS - waited)) s"
     [ $status = 0 ] || { echo "== $name failed" >&2; return $status; }
 }
 
-# The table, on exit. CACHE_STATE says whether the run began on a cold or
-# a warm cache.
+# The table, on exit. CACHE_STATE, when set, says whether the run began on
+# a cold or a warm cache.
 steps_report() {
     local status=$?
     local pid
     for pid in "${steps_pid[@]%%:*}"; do kill "$pid" 2>/dev/null || true; done
     echo
-    echo "== time per step (cache: ${CACHE_STATE:-unknown}; exit status $status)"
+    echo "== time per step (${CACHE_STATE:+cache: $CACHE_STATE; }exit status $status)"
     printf '%s\n' "${steps_table[@]}"
     local total=$((SECONDS - steps_started))
     awk -v s="$total" 'BEGIN { printf "%-58s %6d s %6.1f min\n", "total (wall)", s, s / 60 }'

@@ -56,13 +56,13 @@ impl Session {
         let counted = resp.ttl().min(secs).max(1);
         let ttl = Duration::from_secs(u64::try_from(counted).unwrap_or(1));
         let group = Arc::new(LeaseGroup::new(sent, ttl));
-        let renewal = Renewer {
+        let renewer = Renewer {
             conn: conn.clone(),
             id: resp.id(),
-            ttl_secs: counted,
+            ttl,
             vouch_key: vouch_key.as_bytes().to_vec(),
         };
-        let keeper = tokio::spawn(keep_alive(renewal, ttl, group.clone()));
+        let keeper = tokio::spawn(keep_alive(renewer, group.clone()));
         if ttl < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?ttl,
@@ -141,8 +141,8 @@ impl Drop for Session {
 /// stalls, the next attempts reach another member while the lease still
 /// has time left. Each attempt (keep-alive and vouching read) is bounded by
 /// half a period, so several fit before the local deadline ends the session.
-async fn keep_alive(renewer: Renewer, ttl: Duration, group: Arc<LeaseGroup>) {
-    let period = ttl / 3;
+async fn keep_alive(renewer: Renewer, group: Arc<LeaseGroup>) {
+    let period = renewer.ttl / 3;
     let id = renewer.id;
     let mut stream: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut wait = period;
@@ -196,7 +196,7 @@ struct Renewer {
     conn: Conn,
     id: i64,
     /// The TTL the lease is counted for (see [`Session::start`]).
-    ttl_secs: i64,
+    ttl: Duration,
     vouch_key: Vec<u8>,
 }
 
@@ -290,16 +290,15 @@ impl Renewer {
             )));
         }
         // A member's TTL may exceed what its peers keep (see `start`).
-        Ok(reply.ttl().min(self.ttl_secs).max(1) as u64)
+        Ok((reply.ttl().max(1) as u64).min(self.ttl.as_secs()))
     }
 
     /// The raft term of a linearizable read sent now.
     async fn vouching_term(&self) -> std::result::Result<u64, Renewal> {
-        let key = self.vouch_key.clone();
         let resp = self
             .conn
             .call("lease renewal vouch (linearizable read)", |mut c| {
-                let key = key.clone();
+                let key = self.vouch_key.clone();
                 async move { c.get(key, Some(GetOptions::new().with_count_only())).await }
             })
             .await

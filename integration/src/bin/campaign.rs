@@ -619,58 +619,44 @@ async fn maintain(endpoint: String) -> ExitCode {
         client.compact(revision, Some(physical)).await?;
         let started = std::time::Instant::now();
         client.defragment().await?;
-        Ok::<_, fencing_etcd::etcd_client::Error>((revision, started.elapsed()))
+        Ok::<_, fencing_etcd::etcd_client::Error>(format!(
+            "compacted at {revision}, defragmented in {} ms",
+            started.elapsed().as_millis()
+        ))
     };
-    match tokio::time::timeout(Duration::from_secs(8), work).await {
-        Ok(Ok((revision, took))) => {
-            println!(
-                "compacted at {revision}, defragmented in {} ms",
-                took.as_millis()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(Err(e)) => {
-            eprintln!("maintain: {e}");
-            ExitCode::from(2)
-        }
-        Err(_) => {
-            eprintln!("maintain: no answer within 8 s");
-            ExitCode::from(2)
-        }
-    }
+    helper_answer("maintain", work).await
 }
 
 async fn move_leader(endpoint: String, to: String) -> ExitCode {
-    let work = fencing_integration::etcd::cluster::move_leader(&endpoint, &to);
-    match tokio::time::timeout(Duration::from_secs(8), work).await {
-        Ok(Ok(())) => {
-            println!("leadership moved to {to}");
-            ExitCode::SUCCESS
-        }
-        Ok(Err(e)) => {
-            eprintln!("move-leader: {e}");
-            ExitCode::from(2)
-        }
-        Err(_) => {
-            eprintln!("move-leader: no answer within 8 s");
-            ExitCode::from(2)
-        }
-    }
+    let work = async {
+        fencing_integration::etcd::cluster::move_leader(&endpoint, &to).await?;
+        Ok::<_, String>(format!("leadership moved to {to}"))
+    };
+    helper_answer("move-leader", work).await
 }
 
 async fn kube_admin(kubeconfig: PathBuf, action: AdminAction, locks: &[String]) -> ExitCode {
     let work = fencing_integration::campaign::kube::admin(&kubeconfig, action, locks);
+    helper_answer("kube-admin", work).await
+}
+
+/// A hidden helper's answer to `run`, which reads its output: what `work`
+/// did on stdout, or why it failed (within 8 s) on stderr and exit 2.
+async fn helper_answer<E: std::fmt::Display>(
+    name: &str,
+    work: impl std::future::Future<Output = Result<String, E>>,
+) -> ExitCode {
     match tokio::time::timeout(Duration::from_secs(8), work).await {
         Ok(Ok(done)) => {
             println!("{done}");
             ExitCode::SUCCESS
         }
         Ok(Err(e)) => {
-            eprintln!("kube-admin: {e}");
+            eprintln!("{name}: {e}");
             ExitCode::from(2)
         }
         Err(_) => {
-            eprintln!("kube-admin: no answer within 8 s");
+            eprintln!("{name}: no answer within 8 s");
             ExitCode::from(2)
         }
     }

@@ -113,13 +113,15 @@ pub const VOTERS: usize = 3;
 /// leader within about a second (`Fault::DeposeDistantLeader`).
 pub const DISTANT: usize = 0;
 pub const DISTANT_ELECTION_MS: u64 = 5000;
+/// etcd's `--election-timeout` of every other member, in ms.
+const ELECTION_MS: u64 = 1000;
 
 impl Tuning {
     /// The campaign's settings for `kind`.
     pub fn campaign(kind: Kind) -> Tuning {
         let mut tuning = Tuning::default();
         if let Kind::Etcd(_) = kind {
-            tuning.election_timeouts_ms = vec![1000; VOTERS];
+            tuning.election_timeouts_ms = vec![ELECTION_MS; VOTERS];
             tuning.election_timeouts_ms[DISTANT] = DISTANT_ELECTION_MS;
         }
         tuning
@@ -133,7 +135,8 @@ pub struct Tuning {
     /// off from its leader goes on answering.
     pub sync_limit: u64,
     /// etcd's `--election-timeout` of each member, in ms (the heartbeat
-    /// interval stays 100 ms); members past the end of the list take 1000.
+    /// interval stays 100 ms); members past the end of the list take
+    /// [`ELECTION_MS`].
     /// A member with a longer one leads on longer once cut off (CheckQuorum
     /// counts its own election timeout), as operators set it for a distant
     /// member.
@@ -367,7 +370,11 @@ fn etcd_member(
     dir: &Path,
     tuning: &Tuning,
 ) -> Result<MemberCommand, String> {
-    let election_timeout = tuning.election_timeouts_ms.get(i).copied().unwrap_or(1000);
+    let election_timeout = tuning
+        .election_timeouts_ms
+        .get(i)
+        .copied()
+        .unwrap_or(ELECTION_MS);
     let binary = version.binary().map_err(|e| e.to_string())?;
     let cluster: Vec<String> = hosts
         .iter()

@@ -657,7 +657,7 @@ impl Nemesis {
 }
 
 /// Cuts member `victim` off from every other member.
-fn isolate(net: &Network, hosts: &[Host], victim: usize) -> Result<(), String> {
+pub fn isolate(net: &Network, hosts: &[Host], victim: usize) -> Result<(), String> {
     let rest: Vec<_> = (0..hosts.len())
         .filter(|&i| i != victim)
         .map(|i| &hosts[i])
@@ -830,8 +830,8 @@ mod tests {
                 (Kind::Kube, true),
                 (Kind::Local, false),
             ] {
-                // Uniform draws would need about 70 steps on etcd (a kind
-                // of 1 in 11, the storage lane one step in four).
+                // Uniform draws (a kind of 1 in 12, the storage lane one
+                // step in four) took 47 steps on etcd with seed 2.
                 let steps = steps_to_cover(kind, pg, seed);
                 assert!(steps <= 40, "{kind:?} seed {seed}: {steps} steps");
             }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use fencing::{AcquireOptions, FencingSource, Gate, ResourceName};
 use fencing_etcd::EtcdSource;
 use fencing_integration::campaign::members::{Cluster, Kind, Tuning};
+use fencing_integration::campaign::nemesis;
 use fencing_integration::net::netns::{self, Host, Network};
 use fencing_zookeeper::ZkSource;
 use tokio::time::Instant;
@@ -160,13 +161,13 @@ impl Partitioned {
 
     /// Cuts member `isolated` off from the other two (clients still reach it).
     pub fn isolate(&self, isolated: usize) {
-        let rest: Vec<&Host> = (0..3)
-            .filter(|&i| i != isolated)
-            .map(|i| &self.cluster.members[i].host)
+        let hosts: Vec<Host> = self
+            .cluster
+            .members
+            .iter()
+            .map(|m| m.host.clone())
             .collect();
-        self.net
-            .split(&[&self.cluster.members[isolated].host], &rest)
-            .unwrap();
+        nemesis::isolate(&self.net, &hosts, isolated).unwrap();
     }
 }
 
