@@ -9,9 +9,10 @@
 #   - the installers (Go builds of kube-apiserver, etcd and Compose, Maven,
 #     debootstrap, apt) run in the background while cargo compiles;
 #   - one Rust build serves the tests, the campaigns and the benchmarks:
-#     the `ci` profile (release code with debug assertions and overflow
-#     checks) instead of a debug build for the tests and a release build
-#     for the rest;
+#     the `ci` profile (a debug build with optimised dependencies) instead
+#     of a debug build for the tests and a release build for the rest;
+#   - .ci/run dates the clone's files so that cargo reuses what the last
+#     passing run built from the same contents (scripts/lib/source-mtimes.sh);
 #   - the `fence` image is made from that build's binary, not compiled a
 #     second time inside Docker;
 #   - each campaign stops when it has proven what it is there for (its
@@ -65,8 +66,11 @@ step "build every test, helper, campaign and bench binary (profile ci)" \
 step_wait "installs (cluster binaries, anchors, images)"
 step "fence image (from the ci build's binary)" bash scripts/install/fence-image.sh "$target/fence"
 
+# Three tests at a time on two cores: the real-cluster tests mostly wait on
+# their clusters (the integration binary: 435 s with two, 306 s with three).
+# The timing tests hold a lock that runs them one at a time whatever this says.
 step "cargo test (unit, conformance, real clusters, crash, CLI, doc tests)" \
-    cargo test --workspace --locked --profile ci
+    env RUST_TEST_THREADS=3 cargo test --workspace --locked --profile ci
 
 # The README's main job, on the binary just built (check.sh compiles the
 # CLI alone, as `cargo run -p fencing-cli` does).
