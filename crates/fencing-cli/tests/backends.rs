@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::etcd::fixture::EtcdFixture;
 use fencing_integration::kubernetes::cluster::KubeUser;
@@ -52,6 +54,96 @@ async fn etcd_demo_and_frozen_run() {
     let f = EtcdFixture::start(EtcdVersion::V3_6).await;
     demo_fences_the_stale_write(etcd_url(&f)).await;
     common::frozen_fence_run_stops_its_child(&etcd_url(&f), "2").await;
+}
+
+/// A loss the server reported leaves no lease time to spend: the lock key
+/// is deleted (as `etcdctl del` would) while a second `fence run` waits, and
+/// the first command, which ignores SIGTERM and has a 5 s grace, must write
+/// nothing after the second command started. With SIGTERM and the grace it
+/// went on writing for 4,979 ms after; with SIGKILL at once its last write
+/// came 15-19 ms before (both `fence`s hear of the same delete: the first
+/// needs one kill, the second a grant and two execs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_lock_deleted_at_the_server_kills_the_command_at_once() {
+    let f = EtcdFixture::start(EtcdVersion::V3_6).await;
+    let url = etcd_url(&f);
+    let dir = tempfile::tempdir().unwrap();
+    let (seen, stamps, started) = (
+        dir.path().join("seen"),
+        dir.path().join("stamps"),
+        dir.path().join("started"),
+    );
+    let stubborn = format!(
+        "trap '' TERM; echo $$ > {}; {}",
+        seen.display(),
+        common::stamp_loop(&stamps)
+    );
+    let lock = ["--source", &url, "--lock", "ledger", "--ttl", "15"];
+    let first = common::Running::start(
+        &[
+            &["run"],
+            &lock[..],
+            &["--grace", "5", "--", "sh", "-c", &stubborn],
+        ]
+        .concat(),
+    );
+    let child: i32 = common::wait_for_file(&seen, Duration::from_secs(30))
+        .trim()
+        .parse()
+        .unwrap();
+    let _cleanup = common::KillOnDrop(vec![child]);
+    let next = format!("date +%s%N > {}", started.display());
+    let second =
+        common::Running::start(&[&["run"], &lock[..], &["--", "sh", "-c", &next]].concat());
+
+    let mut etcd = f.cluster.client().await.unwrap();
+    let queue = etcd_client::GetOptions::new().with_prefix().with_sort(
+        etcd_client::SortTarget::Create,
+        etcd_client::SortOrder::Ascend,
+    );
+    let dir_key = format!("{}/ledger/", f.prefix);
+    let queued = tokio::time::Instant::now() + Duration::from_secs(10);
+    let keys = loop {
+        let keys = etcd
+            .get(dir_key.as_str(), Some(queue.clone()))
+            .await
+            .unwrap();
+        if keys.kvs().len() >= 2 {
+            break keys;
+        }
+        assert!(
+            tokio::time::Instant::now() < queued,
+            "the second fence run never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let held = keys.kvs()[0].key().to_vec();
+    etcd.delete(held, None).await.unwrap();
+
+    let (code, stderr) = tokio::task::spawn_blocking(move || first.finish(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(common::LOST), "{stderr}");
+    assert!(stderr.contains("deleted at the server"), "{stderr}");
+    let started_at: u128 = common::wait_for_file(&started, Duration::from_secs(10))
+        .trim()
+        .parse()
+        .unwrap();
+    let last = common::last_stamp(&stamps);
+    assert!(
+        last < started_at,
+        "the first command wrote {} ms after the second one started",
+        (last - started_at) / 1_000_000
+    );
+    eprintln!(
+        "the first command's last write came {} ms before the second one started",
+        (started_at - last) / 1_000_000
+    );
+    let (code, stderr) =
+        tokio::task::spawn_blocking(move || second.finish(Duration::from_secs(10)))
+            .await
+            .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

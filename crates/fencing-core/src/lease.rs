@@ -74,6 +74,19 @@ impl LossReason {
             LossReason::Released => "released",
         }
     }
+
+    /// Whether the coordinator itself reported the end (session expired,
+    /// key deleted, another holder): the lock is free there, and a waiter
+    /// may be granted at once, so no lease time is left to finish work in.
+    /// The other reasons are local judgements made while the lease may
+    /// still hold at the coordinator.
+    #[must_use]
+    pub fn is_free_at_coordinator(self) -> bool {
+        matches!(
+            self,
+            LossReason::SessionExpired | LossReason::DeletedAtServer | LossReason::Superseded
+        )
+    }
 }
 
 impl std::fmt::Display for LossReason {

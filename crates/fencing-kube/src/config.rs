@@ -135,9 +135,11 @@ impl LeaseOptions {
     }
 }
 
-/// `leaseDurationSeconds` of a Lease written with these timings.
+/// `leaseDurationSeconds` of a Lease written with these timings: rounded
+/// up, since other candidates wait this long and the holder counts on the
+/// whole lease (`timings` is a public field, so a fraction gets here).
 pub(crate) fn lease_seconds(timings: &LeaderTimings) -> i32 {
-    i32::try_from(timings.lease_duration.as_secs()).unwrap_or(i32::MAX)
+    i32::try_from(whole_seconds(timings.lease_duration).as_secs()).unwrap_or(i32::MAX)
 }
 
 /// Where the Leases live and how to reach the apiserver.
@@ -287,6 +289,15 @@ mod tests {
         match KubeConfig::from_url(url) {
             Err(Error::Config(msg)) => msg,
             other => panic!("{url:?} should be a config error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lease_seconds_never_shorten_the_lease() {
+        let mut t = LeaderTimings::default();
+        for (ms, secs) in [(1_900, 2), (2_000, 2), (100, 1), (15_001, 16)] {
+            t.lease_duration = Duration::from_millis(ms);
+            assert_eq!(lease_seconds(&t), secs, "{ms} ms");
         }
     }
 

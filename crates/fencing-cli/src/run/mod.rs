@@ -53,7 +53,10 @@ can be granted the lock. W is how long the lease holds after a renewal was
 sent (0.9 x TTL; on Kubernetes 0.9 x the renew deadline). When renewals
 fail, the group gets SIGTERM --grace before its kill time and SIGKILL at
 W - W/20 after the last renewal; --grace may be at most 0.45 x W (default
-W/10, at most 10 s), so a 15 s TTL allows up to 6.075 s. A watchdog process
+W/10, at most 10 s), so a 15 s TTL allows up to 6.075 s. When the
+coordinator itself reports the loss (the lock deleted, the session expired,
+another holder), the group gets SIGKILL at once, with no grace: the next
+holder may be running already. A watchdog process
 kills the group if fence is killed or frozen. When the command exits, what
 it left running in its group is stopped before the lock is released. Ctrl-Z
 stops the command with fence; it resumes only if the lease still holds.

@@ -3,7 +3,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use fencing::Grant;
+use fencing::{Grant, LossReason};
 use rustix::process::{Pid, Signal};
 use tokio::process::Child;
 use tokio::time::Instant;
@@ -31,7 +31,7 @@ pub struct Supervised {
 enum Event {
     Exited(std::io::Result<ExitStatus>),
     /// The coordinator says the grant is gone, or the deadline passed.
-    Lost(String),
+    Lost(LossReason),
     /// Not renewed in time: the schedule's SIGTERM time has come.
     Expiring,
     Asked(Signal),
@@ -68,7 +68,7 @@ impl Supervised {
                 // and then the command must not be trusted to have finished
                 // under the lock.
                 biased;
-                reason = self.grant.lost() => Event::Lost(reason.to_string()),
+                reason = self.grant.lost() => Event::Lost(reason),
                 () = tokio::time::sleep_until(self.timing.stop_at(deadline)) => {
                     if self.grant.deadline() > deadline { Event::Tick } else { Event::Expiring }
                 }
@@ -116,6 +116,13 @@ impl Supervised {
                 let status = status
                     .map_err(|e| Failure::runtime(format!("waiting for the command: {e}")))?;
                 Ok(exit_code(status))
+            }
+            // The coordinator has freed the lock, and the next holder may
+            // be running already: no lease time is left to spend on a grace.
+            Event::Lost(reason) if reason.is_free_at_coordinator() => {
+                eprintln!("fence: lock {lock:?} lost ({reason}); killing the command (pid {pid})");
+                self.kill().await;
+                Ok(LOST)
             }
             Event::Lost(reason) => {
                 eprintln!("fence: lock {lock:?} lost ({reason}); stopping the command (pid {pid})");
@@ -166,6 +173,11 @@ impl Supervised {
             "fence: the command's process group did not stop within {:?}; sending SIGKILL",
             kill_by.saturating_duration_since(started)
         );
+        self.kill().await
+    }
+
+    /// SIGKILL to the command's group, then waits for it to be gone.
+    async fn kill(&mut self) -> Option<ExitStatus> {
         group::signal(self.group, Signal::KILL);
         let _ = self.child.start_kill();
         let (status, gone) = self.settle(Instant::now() + REAP_LIMIT).await;

@@ -258,3 +258,33 @@ async fn concurrent_candidates_never_both_hold() {
         .count();
     assert_eq!(grants, CANDIDATES * ROUNDS);
 }
+
+/// Other candidates wait `leaseDurationSeconds`, so it must never be written
+/// shorter than the lease the holder counts on. Timings set through the
+/// public field (which neither builder nor URL parser rounds): lease 1.9 s,
+/// renew deadline 1.5 s. The Lease said 1 s when the seconds were
+/// truncated, so others could take it at 1 s while `lost()` fired at 1.35 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fractional_lease_duration_is_written_rounded_up() {
+    use fencing_integration::kubernetes::cluster::KubeUser;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    let f = KubeFixture::start().await;
+    let mut options = f.options();
+    options.timings.lease_duration = Duration::from_millis(1_900);
+    options.timings.renew_deadline = Duration::from_millis(1_500);
+    options.timings.retry_period = Duration::from_millis(500);
+    let source = KubeLeaseSource::connect(f.config(KubeUser::LeaseUser).options(options))
+        .await
+        .unwrap();
+    let grant = source
+        .acquire(&r("fractional"), &AcquireOptions::new())
+        .await
+        .unwrap();
+    let client = f.cluster(|c| c.admin_client());
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client, f.namespace());
+    let lease = leases.get("fractional").await.unwrap();
+    let seconds = lease.spec.and_then(|s| s.lease_duration_seconds);
+    assert_eq!(seconds, Some(2), "1.9 s written as whole seconds");
+    grant.release().await.unwrap();
+}
