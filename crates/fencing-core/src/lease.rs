@@ -6,6 +6,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::suspend;
+
 /// The part of a lease the holder may not count on: clocks on two machines
 /// run at slightly different rates, and the holder's timers fire late under
 /// load. Ten percent of the TTL covers both with room to spare.
@@ -129,20 +131,69 @@ struct Inner {
 /// renewal (or of the grant), under one lock: a renewal checks the old
 /// deadline and sets the new one atomically, so nobody can see a lease
 /// expire and then live again.
+///
+/// Both are tokio instants, whose clock stands still while the machine is
+/// suspended; the coordinator's does not. The time suspended since they
+/// were set ([`suspend::total`] then and now) has passed for the lease
+/// too, so both are read that much earlier.
 #[derive(Debug)]
 struct Clock {
     deadline: Instant,
     renewed_at: Instant,
+    /// [`suspend::total`] when the two were set.
+    suspended: Duration,
 }
+
+impl Clock {
+    fn new(sent_at: Instant, ttl: Duration) -> Self {
+        Clock {
+            deadline: local_deadline(sent_at, ttl),
+            renewed_at: sent_at,
+            suspended: suspend::total(),
+        }
+    }
+
+    /// How long the machine was suspended since the instants were set.
+    fn slept(&self) -> Duration {
+        suspend::total().saturating_sub(self.suspended)
+    }
+
+    fn deadline(&self) -> Instant {
+        earlier(self.deadline, self.slept())
+    }
+
+    fn renewed_at(&self) -> Instant {
+        earlier(self.renewed_at, self.slept())
+    }
+
+    /// Moves the instants earlier by the time slept since they were set, and
+    /// returns it.
+    fn settle(&mut self) -> Duration {
+        let slept = self.slept();
+        self.deadline = earlier(self.deadline, slept);
+        self.renewed_at = earlier(self.renewed_at, slept);
+        self.suspended += slept;
+        slept
+    }
+}
+
+/// `t - by`, or now when that is before the clock's origin (which only a
+/// suspend longer than the uptime before it could ask for).
+fn earlier(t: Instant, by: Duration) -> Instant {
+    t.checked_sub(by).unwrap_or_else(Instant::now)
+}
+
+/// How often a waiter on [`LeaseTracker::lost`] looks at the boot-time
+/// clock: after a resume, a lease that ran out during the suspend is
+/// reported lost within this (tokio's timers only count monotonic time, so
+/// a sleep until the deadline would end that much later).
+const SUSPEND_CHECK: Duration = Duration::from_secs(1);
 
 impl LeaseTracker {
     /// A tracker for a lease granted by a request sent at `sent_at`.
     #[must_use]
     pub fn new(sent_at: Instant, ttl: Duration) -> Self {
-        Self::on_clock(Arc::new(Mutex::new(Clock {
-            deadline: local_deadline(sent_at, ttl),
-            renewed_at: sent_at,
-        })))
+        Self::on_clock(Arc::new(Mutex::new(Clock::new(sent_at, ttl))))
     }
 
     fn on_clock(clock: Arc<Mutex<Clock>>) -> Self {
@@ -161,9 +212,14 @@ impl LeaseTracker {
     ///
     /// A tracker from [`LeaseGroup::track`] shares the group's deadline:
     /// renew the group, not its grants.
+    ///
+    /// After a suspend the send time is taken to precede it (the request
+    /// may have been renewed at the server just before the machine slept),
+    /// so the renewal counts from that much earlier.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
         let live = {
             let mut clock = lock(&self.inner.clock);
+            let sent_at = earlier(sent_at, clock.settle());
             let live = !self.inner.lost.is_cancelled() && Instant::now() < clock.deadline;
             if live {
                 clock.renewed_at = clock.renewed_at.max(sent_at);
@@ -197,13 +253,14 @@ impl LeaseTracker {
     /// itself) was sent: the lease is known to have been valid since then.
     #[must_use]
     pub fn last_renewal(&self) -> Instant {
-        lock(&self.inner.clock).renewed_at
+        lock(&self.inner.clock).renewed_at()
     }
 
-    /// The current local deadline.
+    /// The current local deadline (earlier by any time the machine was
+    /// suspended since the last renewal).
     #[must_use]
     pub fn deadline(&self) -> Instant {
-        lock(&self.inner.clock).deadline
+        lock(&self.inner.clock).deadline()
     }
 
     /// True until loss was reported or the local deadline passed.
@@ -226,14 +283,14 @@ impl LeaseTracker {
     pub async fn lost(&self) -> LossReason {
         loop {
             // A renewal meanwhile moved the deadline later: sleep again.
-            let deadline = self.deadline();
-            if Instant::now() >= deadline {
+            let (deadline, now) = (self.deadline(), Instant::now());
+            if now >= deadline {
                 self.mark_lost(LossReason::ExpiredLocally, "local deadline passed");
                 break;
             }
             tokio::select! {
                 _ = self.inner.lost.cancelled() => break,
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep_until(deadline.min(now + SUSPEND_CHECK)) => {}
             }
         }
         self.loss_reason().unwrap_or(LossReason::ExpiredLocally)
@@ -243,7 +300,7 @@ impl LeaseTracker {
     /// [`LeaseGroup`], or by its release), without watching the deadline.
     /// For a backend's per-grant task that only has to end with its grant:
     /// each [`lost`](Self::lost) waiter wakes at every deadline a renewal
-    /// has since moved, so N of them cost N wake-ups per renewal, while
+    /// has since moved (and every second, to look for a suspend), so N of them cost N wake-ups per renewal, while
     /// this costs no timer. The group's renewal loop watches the shared
     /// deadline and marks every grant lost when it passes.
     pub async fn marked_lost(&self) {
@@ -394,6 +451,57 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A machine suspended for longer than the lease: tokio's clock (played
+    /// by the paused clock) stood still, boot time ran on. Seen failing
+    /// before the boot-time check: `is_live()` said true and `lost()` slept
+    /// on towards the monotonic deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_longer_than_the_lease_loses_it_within_a_second_of_the_resume() {
+        let ttl = Duration::from_secs(10);
+        let t = LeaseTracker::new(Instant::now(), ttl);
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move { (t.lost().await, Instant::now()) }
+        });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(t.is_live());
+        crate::suspend::inject(Duration::from_secs(20));
+        let resumed = Instant::now();
+        assert!(!t.is_live(), "20 s suspended out of a 9 s deadline");
+        assert_eq!(t.loss_reason(), Some(LossReason::ExpiredLocally));
+        assert!(t.deadline() <= resumed);
+        let (reason, at) = waiter.await.unwrap();
+        assert_eq!(reason, LossReason::ExpiredLocally);
+        assert!(
+            at - resumed <= SUSPEND_CHECK,
+            "reported {:?} after the resume",
+            at - resumed
+        );
+        // A renewal confirmed after the resume does not revive it.
+        assert!(!t.renewed(Instant::now(), ttl));
+    }
+
+    /// A suspend shorter than what is left of the lease: the grant lives on
+    /// with that much less time, and a renewal confirmed after the resume
+    /// counts as if sent before the suspend.
+    #[tokio::test(start_paused = true)]
+    async fn a_short_suspend_shortens_the_lease_by_its_length() {
+        let ttl = Duration::from_secs(10);
+        let start = Instant::now();
+        let t = LeaseTracker::new(start, ttl);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        crate::suspend::inject(Duration::from_secs(5));
+        assert!(t.is_live());
+        assert_eq!(t.deadline(), start + Duration::from_secs(4));
+        assert!(t.renewed(Instant::now(), ttl));
+        // Sent at 2 s on tokio's clock, counted from 2 s - 5 s: 9 s later.
+        assert_eq!(t.deadline(), start + Duration::from_secs(6));
+        // The next renewal, with no suspend in between, counts in full.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(t.renewed(Instant::now(), ttl));
+        assert_eq!(t.deadline(), start + Duration::from_secs(12));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn lost_fires_at_the_deadline_measured_from_send_time() {

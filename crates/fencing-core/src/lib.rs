@@ -52,6 +52,7 @@ mod resource;
 mod settings;
 mod source;
 mod source_url;
+mod suspend;
 mod timings;
 mod token;
 

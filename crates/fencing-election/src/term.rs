@@ -35,6 +35,9 @@ pub(crate) struct Term {
     pub(crate) election: ResourceName,
 }
 
+/// How often a term's loss is looked at again while nothing else wakes it.
+const SUSPEND_CHECK: Duration = Duration::from_secs(1);
+
 impl Term {
     /// When rule 2 fires if no renewal arrives before.
     fn renew_by(&self) -> Instant {
@@ -64,10 +67,13 @@ impl Term {
                 return reason;
             }
             // A renewal only moves renew_by later, so waking at the old value
-            // and checking again is never late.
+            // and checking again is never late. A suspend moves it earlier
+            // (tokio's clock stood still meanwhile): waking every second, as
+            // the tracker does, sees that within a second of the resume.
+            let wake = self.renew_by().min(Instant::now() + SUSPEND_CHECK);
             tokio::select! {
                 reason = self.tracker.lost() => return reason,
-                () = tokio::time::sleep_until(self.renew_by()) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
     }
