@@ -44,6 +44,16 @@ pub struct LeaseOptions {
     ///   renewal was sent.
     /// - `retry_period`: the interval between renewals, and between
     ///   attempts of a waiting candidate.
+    ///
+    /// Every candidate judges expiry on its own clock's rate (client-go
+    /// does too), and sees a renewal only through the Lease's change. So
+    /// the margin between the two durations is the tolerated clock-rate
+    /// skew: a candidate whose clock runs at rate `r` against the holder's
+    /// takes over after `lease_duration / r` of the holder's time, which
+    /// is safe while that is at least the holder's `renew_deadline`, i.e.
+    /// `r <= lease_duration / renew_deadline` (1.5 at client-go's defaults,
+    /// 15 s and 10 s). A clock running twice as fast breaks that at the
+    /// defaults; the gate then refuses the old holder's late writes.
     pub timings: LeaderTimings,
     /// Limit for each request to the apiserver.
     pub request_timeout: Duration,

@@ -245,6 +245,12 @@ pub(crate) fn taken_lease(
 
 /// The last written Lease with a new renewTime and the holder's token
 /// recorded in [`TOKEN_ANNOTATION`].
+///
+/// The renewTime is strictly later than the last one, whatever the wall
+/// clock says: client-go candidates see a renewal only as a change of the
+/// record, so a renewal written with a wall clock standing still or
+/// stepped back would look like silence, and they would take the Lease
+/// while we renew it.
 pub(crate) fn renewed_lease(
     mut last: Lease,
     token: FencingToken,
@@ -253,7 +259,16 @@ pub(crate) fn renewed_lease(
 ) -> Lease {
     let note = format!("{token};{};{}", key.transitions, key.holder);
     set_note(&mut last, Some(note));
-    last.spec.get_or_insert_with(LeaseSpec::default).renew_time = Some(micro_time(now));
+    let spec = last.spec.get_or_insert_with(LeaseSpec::default);
+    let now = micro_time(now);
+    let after_last = spec.renew_time.as_ref().and_then(|t| {
+        t.0.checked_add(k8s_openapi::jiff::SignedDuration::from_micros(1))
+            .ok()
+    });
+    spec.renew_time = Some(match after_last {
+        Some(next) if next > now.0 => MicroTime(next),
+        _ => now,
+    });
     last
 }
 
@@ -443,6 +458,37 @@ mod tests {
         let v = LeaseView::of(&released);
         assert_eq!((v.holder.as_str(), v.transitions), ("", 4));
         assert_eq!(v.duration, Duration::from_secs(1));
+    }
+
+    /// A holder whose wall clock stands still or steps back still writes a
+    /// renewTime later than the last (seen failing: it wrote the same one).
+    #[test]
+    fn renew_time_always_moves_forward() {
+        let now = SystemTime::now();
+        let key = GrantKey {
+            namespace: "ns".into(),
+            name: "l".into(),
+            uid: "u".into(),
+            holder: "me".into(),
+            transitions: 0,
+        };
+        let mut lease = new_lease("l", "me", 15, now);
+        let renew_time = |l: &Lease| l.spec.as_ref().unwrap().renew_time.clone().unwrap().0;
+        let mut last = renew_time(&lease);
+        for wall in [
+            now,
+            now - Duration::from_secs(60),
+            now + Duration::from_secs(1),
+        ] {
+            lease = renewed_lease(lease, FencingToken::new(7), &key, wall);
+            let written = renew_time(&lease);
+            assert!(
+                written > last,
+                "{written} after {last} (wall clock {wall:?})"
+            );
+            last = written;
+        }
+        assert_eq!(last, micro_time(now + Duration::from_secs(1)).0);
     }
 
     #[test]
