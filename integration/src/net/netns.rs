@@ -40,13 +40,15 @@ impl Host {
     }
 }
 
-/// Runs `f` on a new thread that lives in `host`'s namespace: every socket
-/// it opens (a tokio runtime built inside `f` included) is on the campaign
-/// network, while the calling process stays where it is.
-pub fn spawn_in<T: Send + 'static>(
-    host: &Host,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<std::io::Result<T>> {
+/// Runs the future `f` makes on a current-thread tokio runtime, on a new
+/// thread that lives in `host`'s namespace: every socket it opens is on the
+/// campaign network, while the calling process stays where it is.
+pub fn spawn_in<F, Fut>(host: &Host, f: F) -> std::thread::JoinHandle<std::io::Result<Fut::Output>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future,
+    Fut::Output: Send + 'static,
+{
     let path = format!("/var/run/netns/{}", host.ns);
     std::thread::spawn(move || {
         let ns = std::fs::File::open(&path)?;
@@ -54,7 +56,10 @@ pub fn spawn_in<T: Send + 'static>(
             std::os::fd::AsFd::as_fd(&ns),
             Some(rustix::thread::LinkNameSpaceType::Network),
         )?;
-        Ok(f())
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(rt.block_on(f()))
     })
 }
 

@@ -211,13 +211,7 @@ pub fn a_is_told_before_b_is_granted(
     let urls = [p.cluster.url(a, sessions.a), p.cluster.url(b, sessions.b)];
     let (ready_tx, ready_rx) = mpsc::channel();
     let (cut_tx, cut_rx) = tokio::sync::oneshot::channel();
-    let run = netns::spawn_in(&p.client, move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(clients(urls, sessions, ready_tx, cut_rx))
-    });
+    let run = netns::spawn_in(&p.client, move || clients(urls, sessions, ready_tx, cut_rx));
     ready_rx
         .recv_timeout(Duration::from_secs(60))
         .expect("clients ready");

@@ -60,12 +60,8 @@ fn start(version: EtcdVersion, prefix: &str, subnet: u8) -> Partitioned {
 fn move_leader(p: &Partitioned, to: usize) {
     let leader = p.cluster.endpoint(p.leader);
     let name = format!("m{}", to + 1);
-    let moved = netns::spawn_in(&p.client, move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(cluster::move_leader(&leader, &name))
+    let moved = netns::spawn_in(&p.client, move || async move {
+        cluster::move_leader(&leader, &name).await
     });
     moved
         .join()
@@ -129,13 +125,7 @@ fn a_waiter_watching_through_a_member_cut_off_from_its_leader_is_granted_through
     let (queued_tx, queued_rx) = mpsc::channel();
     let (cut_tx, cut_rx) = tokio::sync::oneshot::channel();
     let run = netns::spawn_in(&p.client, move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(release_while_the_waiter_is_cut_off(
-            holder, waiter, queued_tx, cut_rx,
-        ))
+        release_while_the_waiter_is_cut_off(holder, waiter, queued_tx, cut_rx)
     });
     queued_rx
         .recv_timeout(Duration::from_secs(60))
