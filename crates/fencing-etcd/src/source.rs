@@ -258,7 +258,7 @@ impl EtcdSource {
         let session = self.session(ttl).await?;
         let keys = LockKeys::new(&self.inner.cfg.prefix, resource, session.lease_id);
         let conn = &self.inner.conn;
-        let mut pending = PendingKey::new(conn.clone(), keys.mine.clone(), session.lease_id, guard);
+        let mut pending = PendingKey::new(conn.clone(), keys.mine.clone(), session.clone(), guard);
 
         let mut attempt = lock::attempt(conn, &keys, session.lease_id, &holder).await?;
         if attempt.existed {
@@ -318,30 +318,32 @@ impl EtcdSource {
 struct PendingKey {
     conn: Conn,
     key: String,
-    lease_id: i64,
+    session: Arc<Session>,
     rev: Option<i64>,
     guard: Option<OwnedMutexGuard<()>>,
 }
 
 impl PendingKey {
-    fn new(conn: Conn, key: String, lease_id: i64, guard: OwnedMutexGuard<()>) -> Self {
+    fn new(conn: Conn, key: String, session: Arc<Session>, guard: OwnedMutexGuard<()>) -> Self {
         PendingKey {
             conn,
             key,
-            lease_id,
+            session,
             rev: None,
             guard: Some(guard),
         }
     }
 
     fn incarnation(&self) -> Incarnation {
-        self.rev
-            .map_or(Incarnation::OfLease(self.lease_id), Incarnation::Created)
+        self.rev.map_or(
+            Incarnation::OfLease(self.session.lease_id),
+            Incarnation::Created,
+        )
     }
 
     async fn cleanup(mut self) -> Result<()> {
         let _guard = self.guard.take();
-        lock::unlock(&self.conn, &self.key, self.incarnation()).await
+        remove_abandoned(&self.conn, &self.key, self.incarnation(), &self.session).await
     }
 
     fn disarm(mut self) -> OwnedMutexGuard<()> {
@@ -357,15 +359,38 @@ impl Drop for PendingKey {
             return;
         };
         let (conn, key, which) = (self.conn.clone(), self.key.clone(), self.incarnation());
+        let session = self.session.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = lock::unlock(&conn, &key, which).await {
+                if let Err(e) = remove_abandoned(&conn, &key, which, &session).await {
                     tracing::warn!(%key, error = %e, "could not delete the key of an abandoned acquire");
                 }
                 drop(guard);
             });
         }
     }
+}
+
+/// Deletes the key of an abandoned acquire, retrying while its session
+/// lives: a key left on a live session heads the lock's queue for as long
+/// as the process runs (seen: the acquire's txn applied, its answer and the
+/// clean-up's first read lost in a network blip). When the txn's answer
+/// never came, the txn may also be applied after the delete: the session
+/// is retired, so its key name is never used for a grant again and the
+/// session ends once its grants have.
+async fn remove_abandoned(
+    conn: &Conn,
+    key: &str,
+    which: Incarnation,
+    session: &Session,
+) -> Result<()> {
+    if matches!(which, Incarnation::OfLease(_)) {
+        session.retire();
+    }
+    release_until_lost(session.lease(), "etcd abandoned acquire", || {
+        lock::unlock(conn, key, which)
+    })
+    .await
 }
 
 struct EtcdGrant {

@@ -403,6 +403,39 @@ async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
     );
 }
 
+/// An acquire given up while the answers to it are lost (issue 39 item 6):
+/// the cluster applied its txn, so its key stands first in the queue on
+/// the source's live session, and the source's clean-up read is lost too.
+/// Once the network is back, that key must not keep the lock from anyone:
+/// another client is granted within the wait, long before the session
+/// (still renewed) could end.
+async fn an_abandoned_acquire_leaves_no_key_behind(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
+    let lock = r("abandoned");
+    let ttl = Duration::from_secs(10);
+    // The session (the lease the key will ride on) exists before the blip.
+    let warm = a.acquire(&r("warm-up"), &opts(ttl)).await.unwrap();
+    warm.release().await.unwrap();
+    partition.set_replies_dropped(true);
+    let given_up = a
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_secs(1)))
+        .await;
+    assert!(given_up.is_err(), "granted without answers: {given_up:?}");
+    // Long enough for the clean-up's own requests to give up too.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    partition.set_replies_dropped(false);
+    let granted = b
+        .acquire(&lock, &opts(ttl).timeout(Duration::from_secs(8)))
+        .await;
+    assert!(
+        granted.is_ok(),
+        "the abandoned acquire's key still heads the queue: {granted:?}"
+    );
+    drop(a);
+}
+
 /// A release during a 4 s network blip (longer than the request timeout,
 /// shorter than the 15 s lease) goes through once the network is back,
 /// whether its caller waits for it or gives up on it.
@@ -483,6 +516,7 @@ fencing_integration::on_both_etcd_versions!(
     guarded_txn_refuses_a_superseded_grant,
     guarded_txn_is_never_applied_twice,
     release_during_a_blip_still_releases,
+    an_abandoned_acquire_leaves_no_key_behind,
     waiter_requeues_after_losing_its_session,
     bad_input_is_refused,
 );
