@@ -289,6 +289,50 @@ pub async fn release_during_a_blip_still_releases<S>(
     }
 }
 
+/// An acquire given up while every answer to it is lost: the cluster
+/// applied its create, so its key or node stands first in the queue on the
+/// source's live session, and would block everyone for as long as that
+/// session lives. `a` (behind `partition`) gives up after `give_up`; the
+/// answers stay lost `lost_after` longer (so a clean-up's first requests
+/// are lost too); then `b` must be granted within `wait`, long before `a`'s
+/// session, renewed again, could end.
+pub async fn abandoned_acquire_leaves_nothing_behind<S: FencingSource>(
+    a: S,
+    partition: &crate::etcd::fixture::Partition,
+    b: S,
+    ttl: Duration,
+    give_up: Duration,
+    lost_after: Duration,
+    wait: Duration,
+) {
+    let lock = ResourceName::new("abandoned").unwrap();
+    let opts = |timeout| AcquireOptions::new().ttl(ttl).timeout(timeout);
+    // The session (and on ZooKeeper the lock's parent) exist before the fault.
+    let warm = a.acquire(&lock, &opts(wait)).await.unwrap();
+    warm.release().await.unwrap();
+    partition.set_replies_dropped(true);
+    let abandoned = a.acquire(&lock, &opts(give_up)).await;
+    assert!(
+        matches!(abandoned, Err(Error::Timeout { .. })),
+        "granted without answers: {abandoned:?}"
+    );
+    tokio::time::sleep(lost_after).await;
+    partition.set_replies_dropped(false);
+    let started = tokio::time::Instant::now();
+    let granted = b.acquire(&lock, &opts(wait)).await;
+    let waited = started.elapsed();
+    let g = match granted {
+        Ok(g) => g,
+        Err(e) => {
+            let head = b.holder(&lock).await;
+            panic!("the abandoned acquire's key still heads the queue: {e}; holder {head:?}")
+        }
+    };
+    eprintln!("granted {waited:?} after the fault ended");
+    g.release().await.unwrap();
+    drop(a);
+}
+
 /// A waiter (behind `partition`) is cut off for twice the TTL while it is
 /// queued, so its session is lost. It must start a new session and queue
 /// again rather than give up: once the holder releases, it is granted,

@@ -286,46 +286,21 @@ async fn a_release_sends_only_the_delete(version: ZkVersion) {
 }
 
 /// An acquire dropped while its create is unanswered (the replies are lost,
-/// the acquire times out) must not leave its node behind: that node would
-/// be first in line for as long as the session lives, blocking everyone.
+/// the acquire times out) must not leave its node behind.
 async fn abandoned_create_leaves_no_node(version: ZkVersion) {
     let f = ZkFixture::start(version).await;
     let (a, partition) = f.partitionable_source().await;
     let b = f.source().await;
-    let lock = r("abandoned");
-    let ttl = Duration::from_secs(15);
-    // The session and the lock's parent exist before the fault.
-    a.acquire(&lock, &opts(ttl))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    partition.set_replies_dropped(true);
-    let abandoned = a
-        .acquire(&lock, &opts(ttl).timeout(Duration::from_millis(1500)))
-        .await;
-    assert!(
-        matches!(abandoned, Err(Error::Timeout { .. })),
-        "{abandoned:?}"
-    );
-    partition.set_replies_dropped(false);
-    let started = tokio::time::Instant::now();
-    let granted = b
-        .acquire(&lock, &opts(ttl).timeout(Duration::from_secs(10)))
-        .await;
-    let waited = started.elapsed();
-    let children = b
-        .client()
-        .await
-        .unwrap()
-        .list_children(&format!("{}/abandoned", f.path))
-        .await;
-    let g = granted.unwrap_or_else(|e| {
-        panic!("the abandoned create's node blocks the lock: {e}; lock children {children:?}")
-    });
-    eprintln!("granted {waited:?} after the fault ended");
-    g.release().await.unwrap();
+    scenarios::abandoned_acquire_leaves_nothing_behind(
+        a,
+        &partition,
+        b,
+        Duration::from_secs(15),
+        Duration::from_millis(1500),
+        Duration::ZERO,
+        Duration::from_secs(10),
+    )
+    .await;
 }
 
 /// A grant whose session timeout the ensemble capped (100 s asked, 60 s
