@@ -3,12 +3,15 @@
 
 use async_trait::async_trait;
 use fencing_core::backend::{check_source, check_token};
-use fencing_core::{Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+use fencing_core::{
+    Error, FencingSource, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
+};
 use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
 use crate::config::check_path;
 use crate::lock::check_resource;
 use crate::session::{after_sync, Zk};
+use crate::ZkSource;
 
 /// How often a raise is retried when other writers move the mark meanwhile.
 const MAX_RACES: usize = 32;
@@ -24,20 +27,24 @@ const MAX_RACES: usize = 32;
 /// which refuse a token of any other source with
 /// [`Error::ForeignSource`]. The unbound [`admit`](Gate::admit) takes the
 /// token to be this ensemble's.
+///
+/// Each call runs on the source's current default session, so a gate
+/// outlives the end of any one session (expired, or closed because its
+/// lease was lost).
 #[derive(Clone)]
 pub struct ZkGate {
-    zk: Zk,
+    sessions: ZkSource,
     source: SourceId,
     path: String,
     acls: Acls<'static>,
 }
 
 impl ZkGate {
-    pub(crate) fn new(zk: Zk, source: SourceId, path: String, acls: Acls<'static>) -> Result<Self> {
+    pub(crate) fn new(sessions: ZkSource, path: String, acls: Acls<'static>) -> Result<Self> {
         check_path(&path)?;
         Ok(ZkGate {
-            zk,
-            source,
+            source: sessions.identity().clone(),
+            sessions,
             path,
             acls,
         })
@@ -56,9 +63,8 @@ impl ZkGate {
     }
 
     /// The mark and the node's data version; `None` when absent.
-    async fn read(&self, node: &str) -> Result<Option<(FencingToken, i32)>> {
-        let found = self
-            .zk
+    async fn read(&self, zk: &Zk, node: &str) -> Result<Option<(FencingToken, i32)>> {
+        let found = zk
             .read("gate read", |c| {
                 let node = node.to_owned();
                 async move {
@@ -87,31 +93,31 @@ impl ZkGate {
 
     /// Whether the mark still has `version`, confirmed by a check in a
     /// multi: a write-path operation the leader orders after every raise.
-    async fn unchanged(&self, node: &str, version: i32) -> Result<bool> {
-        let mut writer = self.zk.client.new_multi_writer();
+    async fn unchanged(zk: &Zk, node: &str, version: i32) -> Result<bool> {
+        let mut writer = zk.client.new_multi_writer();
         writer
             .add_check_version(node, version)
-            .map_err(|e| self.zk.error("gate check", e))?;
-        match self
-            .zk
+            .map_err(|e| zk.error("gate check", e))?;
+        match zk
             .write("gate check", async { Ok(writer.commit().await) })
             .await?
         {
             Ok(_) => Ok(true),
             Err(MultiWriteError::OperationFailed { .. }) => Ok(false),
-            Err(e) => Err(self.zk.error("gate check", e.into())),
+            Err(e) => Err(zk.error("gate check", e.into())),
         }
     }
 
     /// One raise attempt: false when someone else changed the node first.
     async fn try_raise(
         &self,
+        zk: &Zk,
         node: &str,
         token: FencingToken,
         version: Option<i32>,
     ) -> Result<bool> {
         let data = token.to_string();
-        let client = &self.zk.client;
+        let client = &zk.client;
         let outcome = match version {
             Some(v) => client
                 .set_data(node, data.as_bytes(), Some(v))
@@ -127,8 +133,7 @@ impl ZkGate {
             {
                 Err(zookeeper_client::Error::NoNode) => {
                     let parents = CreateMode::Persistent.with_acls(self.acls);
-                    self.zk
-                        .write("create gate path", client.mkdir(&self.path, &parents))
+                    zk.write("create gate path", client.mkdir(&self.path, &parents))
                         .await?;
                     return Ok(false);
                 }
@@ -140,7 +145,7 @@ impl ZkGate {
             Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => {
                 Ok(false)
             }
-            Err(e) => Err(self.zk.error("gate write", e)),
+            Err(e) => Err(zk.error("gate write", e)),
         }
     }
 }
@@ -149,8 +154,9 @@ impl ZkGate {
 impl Gate for ZkGate {
     async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
         let node = self.node(resource)?;
+        let zk = self.sessions.default_zk().await?;
         for _ in 0..MAX_RACES {
-            let current = self.read(&node).await?;
+            let current = self.read(&zk, &node).await?;
             if let Some((mark, version)) = current {
                 if mark == token {
                     // Equal to the mark as read. A read is answered by one
@@ -158,7 +164,7 @@ impl Gate for ZkGate {
                     // still answer): admit only if a check of the mark's
                     // version, which the leader orders after every raise,
                     // still holds.
-                    if self.unchanged(&node, version).await? {
+                    if Self::unchanged(&zk, &node, version).await? {
                         return Ok(());
                     }
                     continue;
@@ -167,7 +173,7 @@ impl Gate for ZkGate {
             // Lower than the mark: Stale. Higher: raise it.
             check_token(current.map(|(mark, _)| mark), token)?;
             if self
-                .try_raise(&node, token, current.map(|(_, v)| v))
+                .try_raise(&zk, &node, token, current.map(|(_, v)| v))
                 .await?
             {
                 return Ok(());
@@ -193,9 +199,8 @@ impl Gate for ZkGate {
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        Ok(self
-            .read(&self.node(resource)?)
-            .await?
-            .map(|(mark, _)| mark))
+        let node = self.node(resource)?;
+        let zk = self.sessions.default_zk().await?;
+        Ok(self.read(&zk, &node).await?.map(|(mark, _)| mark))
     }
 }

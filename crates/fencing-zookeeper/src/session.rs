@@ -5,7 +5,9 @@
 //! still live on the server, so a grant counts as lost only once the
 //! negotiated timeout could have passed there: our heartbeat renews the
 //! shared lease from the *send* time of each answered request, and the
-//! local deadline fires when the answers stop.
+//! local deadline fires when the answers stop. A session whose lease
+//! fired that way is then closed (see [`close`]), so that its nodes do not
+//! outlive the loss we reported.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use fencing_core::backend::{LeaseGroup, LeaseTracker};
 use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use zookeeper_client::{Client, SaslOptions, SessionState, TlsOptions};
+use zookeeper_client::{Client, SaslOptions, SessionInfo, SessionState, StateWatcher, TlsOptions};
 
 use crate::config::ZkConfig;
 
@@ -138,38 +140,16 @@ pub(crate) struct Session {
 
 impl Session {
     pub(crate) async fn connect(cfg: &ZkConfig) -> Result<Session> {
-        let hosts = cfg.hosts.join(",");
         let sent = Instant::now();
-        let mut connector = Client::connector()
-            .with_session_timeout(cfg.session_timeout)
-            .with_connection_timeout(per_host_timeout(cfg));
-        if let Some((user, password)) = &cfg.digest {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-        }
-        if let Some((user, password)) = &cfg.sasl {
-            connector =
-                connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
-        }
-        if let Some(tls) = &cfg.tls {
-            connector = connector.with_tls(tls_options(tls).await?);
-        }
-        // Bare host:port endpoints are plaintext to the client crate unless
-        // the whole connection string is opened as secure.
-        let connecting = async {
-            if cfg.tls.is_some() {
-                connector.secure_connect(&hosts).await
-            } else {
-                connector.connect(&hosts).await
-            }
-        };
-        let client = match tokio::time::timeout(cfg.request_timeout, connecting).await {
+        let dialer = Dialer::new(cfg).await?;
+        let client = match tokio::time::timeout(cfg.request_timeout, dialer.dial(None)).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(connect_error(cfg, e).await),
             Err(_) => return Err(connect_error(cfg, zookeeper_client::Error::Timeout).await),
         };
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, lease_ttl(timeout)));
-        let heartbeat = tokio::spawn(heartbeat(client.clone(), timeout, group.clone()));
+        let heartbeat = tokio::spawn(heartbeat(client.clone(), dialer, group.clone()));
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,
@@ -179,7 +159,7 @@ impl Session {
         tracing::debug!(session = ?client.session_id(), ?timeout, "ZooKeeper session started");
         let zk = Zk {
             client,
-            hosts,
+            hosts: cfg.hosts.join(","),
             timeout: cfg.request_timeout,
         };
         Ok(Session {
@@ -210,7 +190,64 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.heartbeat.abort();
+        // A heartbeat that declared the lease lost is closing the session
+        // (bounded by CLOSE_ATTEMPTS): aborted, it would leave the nodes to
+        // a session that other handles of the client may keep alive.
+        if self.is_live() {
+            self.heartbeat.abort();
+        }
+    }
+}
+
+/// How to open a connection to the ensemble with the configured auth and
+/// TLS: for the session itself, and again to close it.
+#[derive(Clone)]
+struct Dialer {
+    connector: zookeeper_client::Connector,
+    hosts: String,
+    secure: bool,
+    request_timeout: Duration,
+}
+
+impl Dialer {
+    async fn new(cfg: &ZkConfig) -> Result<Dialer> {
+        let mut connector = Client::connector()
+            .with_session_timeout(cfg.session_timeout)
+            .with_connection_timeout(per_host_timeout(cfg));
+        if let Some((user, password)) = &cfg.digest {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        if let Some((user, password)) = &cfg.sasl {
+            connector =
+                connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
+        }
+        if let Some(tls) = &cfg.tls {
+            connector = connector.with_tls(tls_options(tls).await?);
+        }
+        Ok(Dialer {
+            connector,
+            hosts: cfg.hosts.join(","),
+            // Bare host:port endpoints are plaintext to the client crate
+            // unless the whole connection string is opened as secure.
+            secure: cfg.tls.is_some(),
+            request_timeout: cfg.request_timeout,
+        })
+    }
+
+    /// A new session, or with `session` a connection that takes that one over.
+    async fn dial(
+        &self,
+        session: Option<SessionInfo>,
+    ) -> std::result::Result<Client, zookeeper_client::Error> {
+        let mut connector = self.connector.clone();
+        if let Some(session) = session {
+            connector = connector.with_session(session);
+        }
+        if self.secure {
+            connector.secure_connect(&self.hosts).await
+        } else {
+            connector.connect(&self.hosts).await
+        }
     }
 }
 
@@ -311,21 +348,18 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 /// and any later leader was elected by a member of that quorum after it
 /// did, so after the request was sent and with the session's full timeout
 /// ahead. `zk::partitions` in the integration tests makes both partitions.
-async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
+async fn heartbeat(client: Client, dialer: Dialer, group: Arc<LeaseGroup>) {
+    let timeout = client.session_timeout();
     // Often enough that the lease, 0.675 of the timeout, outlasts an
     // election right after a renewal (integration/tests/timing.rs).
     let period = timeout / 6;
     let mut states = client.state_watcher();
-    loop {
+    let ended = loop {
         tokio::select! {
-            _ = group.lease().lost() => {
-                group.lose(LossReason::ExpiredLocally, "ZooKeeper session may have expired: no answer within the session timeout");
-                return;
-            }
+            _ = group.lease().lost() => break None,
             state = states.changed() => {
-                if matches!(state, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
-                    group.lose(LossReason::SessionExpired, &format!("ZooKeeper session {state:?}"));
-                    return;
+                if state.is_terminated() {
+                    break Some(state);
                 }
             }
             _ = tokio::time::sleep(period) => {
@@ -333,12 +367,68 @@ async fn heartbeat(client: Client, timeout: Duration, group: Arc<LeaseGroup>) {
                 let confirmed = confirmed_by_quorum(&client);
                 if let Ok(true) = tokio::time::timeout(timeout / 3, confirmed).await {
                     if !group.renewed(sent, lease_ttl(timeout)) {
-                        return;
+                        break None;
                     }
                 }
             }
         }
+    };
+    if let Some(state) = ended {
+        group.lose(
+            LossReason::SessionExpired,
+            &format!("ZooKeeper session {state:?}"),
+        );
+        return;
     }
+    group.lose(
+        LossReason::ExpiredLocally,
+        "ZooKeeper session may have expired: no answer within the session timeout",
+    );
+    let session = client.session().clone();
+    drop(client);
+    close(&dialer, session, states).await;
+}
+
+/// How many times [`close`] tries before it leaves the session to expire.
+const CLOSE_ATTEMPTS: u32 = 60;
+
+/// Ends a session whose lease we declared lost, so its ephemeral nodes go
+/// with it. The client would keep pinging it for as long as any handle of
+/// it lives (a grant the user still holds, a `client()` the user took),
+/// and a stall the ensemble rode out (a leader paused within syncLimit)
+/// leaves it alive at the server: its lock nodes would head their queues
+/// for good. A second connection takes the session over and closes it
+/// (a closeSession is refused to no one who knows the session's
+/// password); until the ensemble answers, it tries again. Done when the
+/// close was answered, when the server says the session is gone, or when
+/// the first client's own state says so.
+async fn close(dialer: &Dialer, session: SessionInfo, states: StateWatcher) {
+    let pause = (dialer.request_timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(5));
+    for attempt in 1..=CLOSE_ATTEMPTS {
+        if states.peek_state().is_terminated() {
+            return;
+        }
+        let closed = tokio::time::timeout(dialer.request_timeout, async {
+            match dialer.dial(Some(session.clone())).await {
+                Ok(taken_over) => {
+                    let mut closing = taken_over.state_watcher();
+                    // The last handle: dropping it sends the closeSession.
+                    drop(taken_over);
+                    while !closing.peek_state().is_terminated() {
+                        closing.changed().await;
+                    }
+                    closing.peek_state() == SessionState::Closed
+                }
+                Err(e) => matches!(e, zookeeper_client::Error::SessionExpired),
+            }
+        });
+        if let Ok(true) = closed.await {
+            tracing::info!(session = ?session.id(), attempt, "closed a ZooKeeper session whose lease was lost");
+            return;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    tracing::warn!(session = ?session.id(), "could not close a ZooKeeper session whose lease was lost; it ends when the server expires it");
 }
 
 /// A multi holding one version check of `/` (any version): a transaction

@@ -94,24 +94,25 @@ impl ZkSource {
     }
 
     /// The client of the default session, for the application's own data.
+    ///
+    /// It lives as long as that session: once the session expires, or is
+    /// closed because its lease was declared lost (its lock nodes then go
+    /// with it), every call on it fails with `SessionExpired`; call this
+    /// again for the client of the new session.
     pub async fn client(&self) -> Result<zookeeper_client::Client> {
-        Ok(self
-            .session(self.inner.cfg.session_timeout)
-            .await?
-            .zk
-            .client
-            .clone())
+        Ok(self.default_zk().await?.client)
     }
 
     /// A gate whose high-water marks live in znodes under `path`.
     pub async fn gate(&self, path: impl Into<String>) -> Result<ZkGate> {
+        ZkGate::new(self.clone(), path.into(), self.acls())
+    }
+
+    /// The default session's handle, opening a new session when the last
+    /// one ended.
+    pub(crate) async fn default_zk(&self) -> Result<Zk> {
         let session = self.session(self.inner.cfg.session_timeout).await?;
-        ZkGate::new(
-            session.zk.clone(),
-            self.inner.identity.clone(),
-            path.into(),
-            self.acls(),
-        )
+        Ok(session.zk.clone())
     }
 
     /// Commits the operations `build` adds, in one multi that first checks

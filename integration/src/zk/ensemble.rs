@@ -124,6 +124,9 @@ pub struct ZkOptions {
     /// The servers' `maxClientCnxns` (connections from one IP address to
     /// one server; 0: no limit). `None` leaves ZooKeeper's default (60).
     pub max_client_cnxns: Option<u32>,
+    /// The servers' `syncLimit` in ticks of 200 ms (the harness's default
+    /// is 10: a stalled leader is given up after 2 s).
+    pub sync_limit: u32,
 }
 
 impl ZkOptions {
@@ -138,7 +141,15 @@ impl ZkOptions {
             require_sasl: false,
             min_session_timeout: Duration::from_millis(400),
             max_client_cnxns: None,
+            sync_limit: 10,
         }
+    }
+
+    /// Sets the servers' `syncLimit` (in ticks of 200 ms).
+    #[must_use]
+    pub fn sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks;
+        self
     }
 
     /// Sets the servers' `maxClientCnxns` (0: no limit), e.g. for more than
@@ -600,7 +611,7 @@ impl ZkEnsemble {
         let mut cfg = format!(
             "tickTime={TICK_MS}\n\
              initLimit=50\n\
-             syncLimit=10\n\
+             syncLimit={}\n\
              dataDir={}\n\
              clientPort={}\n\
              clientPortAddress=127.0.0.1\n\
@@ -609,6 +620,7 @@ impl ZkEnsemble {
              minSessionTimeout={}\n\
              maxSessionTimeout=60000\n\
              autopurge.purgeInterval=0\n",
+            self.options.sync_limit,
             data.display(),
             s.client_port,
             self.options.min_session_timeout.as_millis(),

@@ -9,7 +9,7 @@ use fencing_testkit::{Client, Harness};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 use crate::etcd::fixture::Partition;
-use crate::zk::ensemble::{ZkEnsemble, ZkVersion};
+use crate::zk::ensemble::{ZkEnsemble, ZkOptions, ZkVersion};
 
 /// Session timeout the ZooKeeper tests ask for.
 pub const TEST_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,7 +33,13 @@ impl ZkFixture {
 
     /// Starts an ensemble of `servers` servers.
     pub async fn start_with(version: ZkVersion, servers: usize) -> ZkFixture {
-        let ensemble = ZkEnsemble::start(version, servers)
+        Self::start_options(ZkOptions::new(version, servers)).await
+    }
+
+    /// Starts an ensemble as `options` say.
+    pub async fn start_options(options: ZkOptions) -> ZkFixture {
+        let version = options.version;
+        let ensemble = ZkEnsemble::start_with(options)
             .await
             .unwrap_or_else(|e| panic!("start {version}: {e}"));
         let name = format!("test-{}", ensemble.dir().display());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, ResourceName};
 use fencing_integration::net::proxy::Proxy;
 use fencing_integration::scenarios;
-use fencing_integration::zk::ensemble::ZkVersion;
+use fencing_integration::zk::ensemble::{ZkOptions, ZkVersion};
 use fencing_integration::zk::fixture::ZkFixture;
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
@@ -354,6 +354,57 @@ async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
     .await;
 }
 
+/// A lease declared lost frees the lock at the server, whatever the holder
+/// does with its grant. The leader is stopped (SIGSTOP) past the holder's
+/// lease window (0.75 of its 4 s session) but within syncLimit (6 s), so
+/// no election follows; it is resumed once the holder reported the loss.
+/// The holder's client pinged a follower all along, so the session lived
+/// on at the server; the holder keeps its lost grant, as a user still in
+/// its work would, yet another client must be granted within one session
+/// timeout, and the holder's gate (made before) must admit that client's
+/// token and refuse the holder's.
+async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
+    use fencing::LossReason;
+    use fencing_integration::member::MemberCluster;
+    let session = Duration::from_secs(4);
+    let f = ZkFixture::start_options(ZkOptions::new(version, 3).sync_limit(30)).await;
+    let leader = f.ensemble.leader().await.unwrap();
+    let followers = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| f.ensemble.endpoint(i));
+    let a = ZkSource::connect(f.config(followers.collect()).session_timeout(session))
+        .await
+        .unwrap();
+    let gate = a.gate("/fencing-test/marks").await.unwrap();
+    let held = a.acquire(&r("stall"), &opts(session)).await.unwrap();
+    gate.admit_grant(&held).await.unwrap();
+
+    f.ensemble.pause(leader);
+    let lost = tokio::time::timeout(session, held.lost()).await;
+    f.ensemble.resume(leader);
+    assert_eq!(
+        lost.ok(),
+        Some(LossReason::ExpiredLocally),
+        "the holder's loss"
+    );
+
+    let b = f.source().await;
+    let next = b
+        .acquire(&r("stall"), &AcquireOptions::new().timeout(session))
+        .await
+        .expect("another client is granted within one session timeout of the loss");
+    assert!(next.token() > held.token());
+    gate.admit_grant(&next)
+        .await
+        .expect("the gate admits again after its session ended");
+    assert!(matches!(
+        gate.admit_grant(&held).await,
+        Err(Error::Stale { .. })
+    ));
+    held.release().await.unwrap();
+    next.release().await.unwrap();
+}
+
 /// Bad input: unreachable ensembles time out naming the hosts; bad paths
 /// and resource names are refused.
 async fn bad_input_is_refused(version: ZkVersion) {
@@ -467,4 +518,5 @@ fencing_integration::on_both_zk_versions!(
     abandoned_create_leaves_no_node,
     guarded_multi_opens_no_extra_session,
     bad_input_is_refused,
+    a_lease_lost_to_a_stalled_leader_frees_the_lock,
 );
