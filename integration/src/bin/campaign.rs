@@ -182,6 +182,19 @@ enum Command {
         #[arg(long)]
         to: String,
     },
+    /// Deletes the key or node of each lock's holder through the member at
+    /// --endpoint (run inside its namespace)
+    #[command(hide = true)]
+    DeleteHolders {
+        #[arg(long)]
+        endpoint: String,
+        /// ZooKeeper, not etcd
+        #[arg(long)]
+        zookeeper: bool,
+        /// The run's --locks
+        #[arg(long, value_parser = locks_in_range)]
+        locks: usize,
+    },
     /// Asks the apiserver to be ready, or deletes the campaign's Leases
     /// (started by `run` inside the apiserver's namespace)
     #[command(hide = true)]
@@ -247,6 +260,11 @@ fn main() -> ExitCode {
             } => inspect(source, within_ms, &lock_names(locks)).await,
             Command::Maintain { endpoint } => maintain(endpoint).await,
             Command::MoveLeader { endpoint, to } => move_leader(endpoint, to).await,
+            Command::DeleteHolders {
+                endpoint,
+                zookeeper,
+                locks,
+            } => delete_holders(endpoint, zookeeper, &lock_names(locks)).await,
             Command::KubeAdmin {
                 kubeconfig,
                 action,
@@ -633,6 +651,11 @@ async fn move_leader(endpoint: String, to: String) -> ExitCode {
         Ok::<_, String>(format!("leadership moved to {to}"))
     };
     helper_answer("move-leader", work).await
+}
+
+async fn delete_holders(endpoint: String, zookeeper: bool, locks: &[String]) -> ExitCode {
+    let work = fencing_integration::campaign::admin::delete_holders(&endpoint, zookeeper, locks);
+    helper_answer("delete-holders", work).await
 }
 
 async fn kube_admin(kubeconfig: PathBuf, action: AdminAction, locks: &[String]) -> ExitCode {

@@ -8,6 +8,7 @@
 //! ([`run`], [`history`]), the checker that judges it ([`checker`]) and a
 //! self-contained HTML time line of the run ([`timeline`]).
 
+pub mod admin;
 pub mod checker;
 pub mod client;
 pub mod fence_run;

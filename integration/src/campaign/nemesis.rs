@@ -36,7 +36,14 @@ pub enum Fault {
     /// One client cut off from every member.
     PartitionClient,
     PauseMember,
+    /// The leader stopped (SIGSTOP) for the step: on ZooKeeper, shorter
+    /// than syncLimit it is ridden out without an election, and leases
+    /// that ran out meanwhile must still free their locks at the server.
+    PauseLeader,
     KillMember,
+    /// The holders' lock keys or nodes deleted by an administrator: each
+    /// holder must hear of it and stop (`fence run` at once).
+    DeleteHolders,
     /// The leader killed (and restarted): a leader change.
     KillLeader,
     /// Every member SIGKILLed at once, all started again at the end of the
@@ -87,6 +94,8 @@ impl Fault {
             Fault::PartitionBridge => "partition-bridge",
             Fault::PartitionClient => "partition-client",
             Fault::PauseMember => "pause-member",
+            Fault::PauseLeader => "pause-leader",
+            Fault::DeleteHolders => "delete-holders",
             Fault::KillMember => "kill-member",
             Fault::KillLeader => "kill-leader",
             Fault::KillCluster => "kill-cluster",
@@ -112,7 +121,7 @@ impl Fault {
 /// get wrong. The last [`ETCD_ONLY`] entries are left out on ZooKeeper: its
 /// maintenance here is the leader change, and its members all share one
 /// tick.
-const MEMBER_FAULTS: [Fault; 12] = [
+const MEMBER_FAULTS: [Fault; 14] = [
     Fault::PartitionFollower,
     Fault::PartitionFollower,
     Fault::PartitionFollower,
@@ -120,6 +129,8 @@ const MEMBER_FAULTS: [Fault; 12] = [
     Fault::DeposeLeader,
     Fault::PartitionBridge,
     Fault::PauseMember,
+    Fault::PauseLeader,
+    Fault::DeleteHolders,
     Fault::KillMember,
     Fault::KillLeader,
     Fault::KillCluster,
@@ -568,6 +579,17 @@ impl Nemesis {
                 let done = maintain(world, i).await;
                 Ok((format!("m{}: {done}", i + 1), Undo::Nothing))
             }
+            Fault::PauseLeader => {
+                let any = self.rng.below(members);
+                let i = leader.unwrap_or(any);
+                cluster(world)?.members[i].pause();
+                Ok((format!("m{}", i + 1), Undo::ResumeMember(i)))
+            }
+            Fault::DeleteHolders => {
+                let i = self.rng.below(members);
+                let done = delete_holders(world, i).await;
+                Ok((format!("m{}: {done}", i + 1), Undo::Nothing))
+            }
             Fault::PauseMember | Fault::KillMember => {
                 let i = self.rng.below(members);
                 let member = &mut cluster(world)?.members[i];
@@ -699,7 +721,20 @@ async fn maintain(world: &World, i: usize) -> String {
     helper_output(cmd, Duration::from_secs(10)).await
 }
 
-/// Runs a helper job of the campaign binary; its output, or why it failed.
+/// Deletes each lock's holder key or node through member `i`.
+async fn delete_holders(world: &World, i: usize) -> String {
+    let Some(cluster) = world.cluster.as_ref() else {
+        return "no cluster".into();
+    };
+    let mut cmd = cluster.members[i].host.command(world.exe());
+    cmd.args(["delete-holders", "--endpoint", &cluster.endpoint(i)])
+        .args(["--locks", &world.locks().len().to_string()]);
+    if matches!(cluster.kind, Kind::Zk(_)) {
+        cmd.arg("--zookeeper");
+    }
+    helper_output(cmd, Duration::from_secs(10)).await
+}
+
 /// Waits (at most 4 s) until the client pinned to member `m` holds a lock.
 async fn wait_for_holder(world: &World, m: usize) {
     let name = &world.clients[m].name;
@@ -723,6 +758,7 @@ async fn move_leader(world: &World, leader: usize, to: usize) -> String {
     helper_output(cmd, Duration::from_secs(10)).await
 }
 
+/// Runs a helper job of the campaign binary; its output, or why it failed.
 async fn helper_output(cmd: std::process::Command, limit: Duration) -> String {
     let run = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
@@ -818,8 +854,8 @@ mod tests {
             Duration::from_secs(1),
             true,
         );
-        // 10 cluster kinds, 7 client kinds, 4 storage kinds.
-        assert_eq!(all(&etcd), 21);
+        // 12 cluster kinds, 7 client kinds, 4 storage kinds.
+        assert_eq!(all(&etcd), 23);
         let local = Nemesis::new(Rng::new(1), 4, Kind::Local, Duration::from_secs(1), false);
         // Both lanes are client faults (no partition), and no PostgreSQL.
         assert_eq!(all(&local), 8);

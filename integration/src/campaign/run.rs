@@ -750,6 +750,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let events = recorder.events();
     let bugs = checker::ServerBugs {
         resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
+        candidates_judge_expiry_on_their_clocks: cfg.kind == Kind::Kube,
     };
     let report = checker::check_with_stored(&events, &stored?, bugs);
     let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);

@@ -1,0 +1,82 @@
+//! What an administrator does to an etcd or ZooKeeper lock behind its
+//! holder's back: deletes the holder's key or node ("break a stuck lock").
+//! The holder must hear of it and stop, `fence run` at once (its loss was
+//! reported by the server, so no lease time is left to spend), and the gate
+//! must refuse whatever it still writes. Run by the campaign's hidden
+//! `delete-holders` helper inside a member's namespace.
+
+use fencing_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
+use fencing_zookeeper::zookeeper_client;
+
+/// The campaign's lock path (`…/campaign` in every source URL).
+const PATH: &str = "/campaign";
+
+/// Deletes the holder's key (etcd) or node (ZooKeeper) of each of `locks`
+/// through the member at `endpoint`; says which went.
+pub async fn delete_holders(
+    endpoint: &str,
+    zookeeper: bool,
+    locks: &[String],
+) -> Result<String, String> {
+    let mut deleted = Vec::new();
+    for lock in locks {
+        let gone = if zookeeper {
+            delete_zk_holder(endpoint, lock)
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            delete_etcd_holder(endpoint, lock)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        if let Some(key) = gone.map_err(|e| format!("{lock}: {e}"))? {
+            deleted.push(key);
+        }
+    }
+    Ok(format!("deleted {deleted:?}"))
+}
+
+/// The key with the lowest create revision under the lock's prefix holds it.
+async fn delete_etcd_holder(
+    endpoint: &str,
+    lock: &str,
+) -> Result<Option<String>, etcd_client::Error> {
+    let mut client = etcd_client::Client::connect([endpoint], None).await?;
+    let dir = format!("{PATH}/{lock}/");
+    let first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only();
+    let found = client.get(dir, Some(first)).await?;
+    let Some(kv) = found.kvs().first() else {
+        return Ok(None);
+    };
+    let key = kv.key_str()?.to_owned();
+    client.delete(key.as_str(), None).await?;
+    Ok(Some(key))
+}
+
+/// The child with the lowest sequence number (Curator's order) holds it.
+async fn delete_zk_holder(
+    endpoint: &str,
+    lock: &str,
+) -> Result<Option<String>, zookeeper_client::Error> {
+    let client = zookeeper_client::Client::connect(endpoint).await?;
+    let dir = format!("{PATH}/{lock}");
+    let children = match client.list_children(&dir).await {
+        Err(zookeeper_client::Error::NoNode) => return Ok(None),
+        other => other?,
+    };
+    let sequence = |name: &String| name.rsplit("lock-").next().unwrap_or_default().to_owned();
+    let Some(first) = children.iter().min_by_key(|c| sequence(c)) else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{first}");
+    match client.delete(&path, None).await {
+        Ok(()) => Ok(Some(path)),
+        // Released meanwhile.
+        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
