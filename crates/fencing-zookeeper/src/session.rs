@@ -397,9 +397,9 @@ const CLOSE_ATTEMPTS: u32 = 60;
 /// it lives (a grant the user still holds, a `client()` the user took),
 /// and a stall the ensemble rode out (a leader paused within syncLimit)
 /// leaves it alive at the server: its lock nodes would head their queues
-/// for good. A second connection takes the session over and closes it
-/// (a closeSession is refused to no one who knows the session's
-/// password); until the ensemble answers, it tries again. Done when the
+/// for good. A second connection takes the session over (the server
+/// hands a session to any connection that presents its id and password)
+/// and closes it; until the ensemble answers, it tries again. Done when the
 /// close was answered, when the server says the session is gone, or when
 /// the first client's own state says so.
 async fn close(dialer: &Dialer, session: SessionInfo, states: StateWatcher) {

@@ -143,6 +143,16 @@ struct ClientArgs {
 enum Command {
     /// Run one campaign
     Run(RunArgs),
+    /// Checks a recorded history again (durability, which needs the
+    /// storage's contents, is not checked)
+    Check {
+        /// A run's history.jsonl
+        history: PathBuf,
+        /// Fail when a lock goes longer than this without a grant after a
+        /// fault heals (fault-free time)
+        #[arg(long)]
+        heal_bound_ms: Option<u64>,
+    },
     /// One client (started by `run` inside its namespace)
     #[command(hide = true)]
     Client(ClientArgs),
@@ -239,6 +249,10 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => campaign(args).await,
+            Command::Check {
+                history,
+                heal_bound_ms,
+            } => check_history(&history, heal_bound_ms.map(Duration::from_millis)),
             Command::Client(args) => client_main(args).await,
             Command::Child {
                 socket,
@@ -622,6 +636,28 @@ async fn inspect(source: String, within_ms: u64, locks: &[String]) -> ExitCode {
                 return ExitCode::from(2);
             }
         }
+    }
+}
+
+fn check_history(path: &std::path::Path, heal_bound: Option<Duration>) -> ExitCode {
+    use fencing_integration::campaign::{checker, history};
+    let events = match history::read_jsonl(path) {
+        Ok(events) => events,
+        Err(e) => {
+            eprintln!("campaign check: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let facts = checker::BackendFacts {
+        heal_bound,
+        ..checker::BackendFacts::default()
+    };
+    let report = checker::check_with(&events, facts);
+    println!("{report}");
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

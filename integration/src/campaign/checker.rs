@@ -38,7 +38,10 @@
 //! - `durability` ([`DURABILITY`]): with what the storage held after the
 //!   run (see [`check_with_stored`]), every write it acknowledged is in it.
 //! - `liveness` ([`LIVENESS`]): after the last fault ended some grant is
-//!   made, if anyone still tries to acquire.
+//!   made, if anyone still tries to acquire; and after every heal, each
+//!   lock someone was acquiring is granted within the backend's bound
+//!   ([`BackendFacts::heal_bound`], counted in fault-free time: see
+//!   [`super::heal`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -46,6 +49,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::heal::{heal_waits, percentile, HealWait};
 use super::history::{
     fault_spans, holds, sorted_order, Event, EventKind, FaultSpan, Hold, HoldEnd, WriteOutcome,
     NEMESIS,
@@ -268,12 +272,13 @@ fn opt_ms(ms: Option<f64>) -> String {
     ms.map_or_else(|| "-".to_string(), |ms| format!("{ms:.3} ms"))
 }
 
-/// A known fault of the coordinator's own servers, or a documented limit
-/// of the backend, excused like a client's own pause: the holders it hits
-/// cannot notice in time, so only their stale writes are checked, and the
-/// report names each one apart.
+/// What the checker knows of the backend under test: its servers' known
+/// faults and its documented limits, excused like a client's own pause
+/// (the holders they hit cannot notice in time, so only their stale writes
+/// are checked, and the report names each one apart), and how soon its
+/// locks must be granted again after each fault heals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ServerBugs {
+pub struct BackendFacts {
     /// An etcd leader that resumes after a pause revokes the leases it
     /// believes expired before it learns it was replaced; the proposals are
     /// forwarded to the new leader and applied, deleting keys under holders
@@ -289,6 +294,11 @@ pub struct ServerBugs {
     /// limit. A hold taken over by a candidate in a `clock-fast` fault is
     /// reported as that limit, never counted as a pass.
     pub candidates_judge_expiry_on_their_clocks: bool,
+    /// The longest a lock that had a waiter when a fault healed may go
+    /// without a grant, counting only time without another member, link
+    /// or apiserver fault (see [`super::heal`]); `None` checks nothing and
+    /// only reports the figures.
+    pub heal_bound: Option<Duration>,
 }
 
 /// How long after a paused member resumes its stale revokes may land.
@@ -297,12 +307,18 @@ pub const RESUMED_LEADER_GRACE: Duration = Duration::from_secs(2);
 /// Checks every property; durability is reported as passed and "not
 /// checked".
 pub fn check(events: &[Event]) -> Report {
-    run(events, None, ServerBugs::default())
+    run(events, None, BackendFacts::default())
+}
+
+/// Checks every property but durability (reported as not checked), with
+/// what is known of the backend.
+pub fn check_with(events: &[Event], facts: BackendFacts) -> Report {
+    run(events, None, facts)
 }
 
 /// Checks every property, durability against what the storage held after
-/// the run; `bugs` are the servers' known faults to excuse.
-pub fn check_with_stored(events: &[Event], stored: &Stored, bugs: ServerBugs) -> Report {
+/// the run; `bugs` is what is known of the backend.
+pub fn check_with_stored(events: &[Event], stored: &Stored, bugs: BackendFacts) -> Report {
     run(events, Some(stored), bugs)
 }
 
@@ -314,7 +330,7 @@ struct Ctx<'a> {
     end: u64,
     holds: Vec<Hold>,
     faults: Vec<FaultSpan>,
-    bugs: ServerBugs,
+    bugs: BackendFacts,
 }
 
 impl Ctx<'_> {
@@ -332,7 +348,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn run(events: &[Event], stored: Option<&Stored>, bugs: ServerBugs) -> Report {
+fn run(events: &[Event], stored: Option<&Stored>, bugs: BackendFacts) -> Report {
     let order = sorted_order(events);
     let origin = order.first().map_or(0, |&i| events[i].at_ns);
     let end = order.last().map_or(0, |&i| events[i].at_ns);
@@ -595,7 +611,7 @@ fn numbered(client: &str, prefix: &str) -> bool {
 /// pause or clock, an administrator deleting every Lease under every holder
 /// (which no holder hears of before its next renewal), or a known server
 /// bug deleting keys under live sessions.
-fn excusing(fault: &FaultSpan, client: &str, bugs: ServerBugs, from_ns: u64, to_ns: u64) -> bool {
+fn excusing(fault: &FaultSpan, client: &str, bugs: BackendFacts, from_ns: u64, to_ns: u64) -> bool {
     let member_paused = matches!(fault.fault.as_str(), "pause-member" | "pause-leader");
     if member_paused && bugs.resumed_leader_revokes_leases {
         // The revokes land after the resume: the fault counts as lasting
@@ -902,7 +918,77 @@ fn liveness(ctx: &Ctx) -> PropertyResult {
             }
         }
     }
+    heal_liveness(ctx, &mut violations, &mut notes);
     result(LIVENESS, violations, notes)
+}
+
+/// Every heal's waits against the backend's bound, and their figures per
+/// fault kind.
+fn heal_liveness(ctx: &Ctx, violations: &mut Vec<Violation>, notes: &mut Vec<String>) {
+    let waits = heal_waits(ctx.events, &ctx.order, &ctx.faults, ctx.end);
+    if waits.is_empty() {
+        return;
+    }
+    let mut by_kind: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for w in &waits {
+        by_kind
+            .entry(w.fault.as_str())
+            .or_default()
+            .push(w.quiet_ns);
+    }
+    let figures: Vec<String> = by_kind
+        .iter_mut()
+        .map(|(kind, v)| {
+            v.sort_unstable();
+            let at = |p| ms(percentile(v, p)) / 1e3;
+            format!(
+                "{kind} n={} median {:.2} s, p99 {:.2} s, max {:.2} s",
+                v.len(),
+                at(50),
+                at(99),
+                at(100)
+            )
+        })
+        .collect();
+    notes.push(format!(
+        "heal to next grant, fault-free time, per fault kind: {}",
+        figures.join("; ")
+    ));
+    let mut longest: Vec<&HealWait> = waits.iter().collect();
+    longest.sort_by_key(|w| std::cmp::Reverse(w.quiet_ns));
+    let top: Vec<String> = longest.iter().take(3).map(|w| describe(ctx, w)).collect();
+    notes.push(format!("longest heal-to-grant waits: {}", top.join("; ")));
+    let Some(bound) = ctx.bugs.heal_bound else {
+        return;
+    };
+    for w in waits
+        .iter()
+        .filter(|w| w.quiet_ns > bound.as_nanos() as u64)
+    {
+        violations.push(Violation {
+            message: format!(
+                "slow to recover: {} (bound {:.1} s)",
+                describe(ctx, w),
+                bound.as_secs_f64()
+            ),
+            events: std::iter::once(w.heal).chain(w.grant).collect(),
+        });
+    }
+}
+
+fn describe(ctx: &Ctx, w: &HealWait) -> String {
+    let granted = match w.grant {
+        Some(g) => format!("granted at {}", ctx.at(g)),
+        None => "never granted again".to_string(),
+    };
+    format!(
+        "{} waited {:.2} s of fault-free time after {} {} healed at {} ({granted})",
+        w.resource,
+        ms(w.quiet_ns) / 1e3,
+        w.fault,
+        w.id,
+        ctx.t(w.heal_ns),
+    )
 }
 
 fn figures(ctx: &Ctx) -> Figures {
@@ -1333,9 +1419,9 @@ mod tests {
 
     #[test]
     fn a_resumed_leaders_revoke_is_excused_only_where_the_server_has_that_bug() {
-        let bugs = ServerBugs {
+        let bugs = BackendFacts {
             resumed_leader_revokes_leases: true,
-            ..ServerBugs::default()
+            ..BackendFacts::default()
         };
         // A member paused until 1 ms, i.e. 9 ms (within the grace) before
         // c2's grant at 10 ms: its late revoke may have deleted c1's key.
@@ -1378,9 +1464,9 @@ mod tests {
             !check(&h.0).passed(),
             "no excuse where the server keeps the time"
         );
-        let kube = ServerBugs {
+        let kube = BackendFacts {
             candidates_judge_expiry_on_their_clocks: true,
-            ..ServerBugs::default()
+            ..BackendFacts::default()
         };
         let report = run(&h.0, None, kube);
         assert!(report.passed(), "{report}");
@@ -1402,6 +1488,38 @@ mod tests {
         };
         *outcome = WriteOutcome::Accepted;
         assert!(!run(&h.0, None, kube).passed());
+    }
+
+    #[test]
+    fn a_lock_left_without_a_grant_after_a_heal_fails_liveness() {
+        // c2 waits for r from 4 ms; a member fault heals at 5 ms, the next
+        // grant comes at 10 ms: 5 ms of fault-free waiting.
+        let mut h = overlap(9);
+        h.fault(2, 5, "kill-leader", "m1", 1);
+        let bound = |ms: u64| BackendFacts {
+            heal_bound: Some(Duration::from_millis(ms)),
+            ..BackendFacts::default()
+        };
+        let report = run(&h.0, None, bound(6));
+        assert!(report.passed(), "{report}");
+        let report = run(&h.0, None, bound(4));
+        assert_only_fails(&report, LIVENESS);
+        let v = &report.property(LIVENESS).unwrap().violations;
+        assert!(
+            v[0].message.contains("r waited 0.01 s") && v[0].message.contains("kill-leader 1"),
+            "{}",
+            v[0].message
+        );
+        // A second leader fault from 6 to 9 ms explains 3 ms of the wait.
+        let mut two = overlap(9);
+        two.fault(2, 5, "kill-leader", "m1", 1);
+        two.fault(6, 9, "pause-leader", "m2", 2);
+        assert!(run(&two.0, None, bound(4)).passed());
+        // A client's fault does not stop grants: it explains nothing.
+        let mut client = overlap(9);
+        client.fault(2, 5, "kill-leader", "m1", 1);
+        client.fault(6, 9, "pause-client", "c3", 2);
+        assert!(!run(&client.0, None, bound(4)).passed());
     }
 
     #[test]
@@ -1510,12 +1628,12 @@ mod tests {
         // Refused writes need not be there; extra ones (unknown outcomes
         // that landed) may be.
         let kept = all(&[(1, 10), (2, 20), (2, 21), (3, 30), (9, 99)]);
-        let report = check_with_stored(&h.0, &kept, ServerBugs::default());
+        let report = check_with_stored(&h.0, &kept, BackendFacts::default());
         assert!(report.passed(), "{report}");
         assert!(report.property(DURABILITY).unwrap().notes[0].starts_with("4 acknowledged"));
 
         let lost = all(&[(1, 10), (2, 20), (3, 30)]);
-        let report = check_with_stored(&h.0, &lost, ServerBugs::default());
+        let report = check_with_stored(&h.0, &lost, BackendFacts::default());
         assert_only_fails(&report, DURABILITY);
         let v = &report.property(DURABILITY).unwrap().violations;
         assert_eq!(v.len(), 1);
@@ -1531,7 +1649,7 @@ mod tests {
             gate: "other".into(),
             ..Stored::default()
         };
-        assert!(check_with_stored(&h.0, &other, ServerBugs::default()).passed());
+        assert!(check_with_stored(&h.0, &other, BackendFacts::default()).passed());
     }
 
     #[test]
@@ -1545,10 +1663,10 @@ mod tests {
         };
         // Higher than every acknowledged token: an unknown write landed.
         for mark in [3, 4] {
-            let report = check_with_stored(&h.0, &marked(mark), ServerBugs::default());
+            let report = check_with_stored(&h.0, &marked(mark), BackendFacts::default());
             assert!(report.passed(), "{report}");
         }
-        let report = check_with_stored(&h.0, &marked(2), ServerBugs::default());
+        let report = check_with_stored(&h.0, &marked(2), BackendFacts::default());
         assert_only_fails(&report, DURABILITY);
         let v = &report.property(DURABILITY).unwrap().violations;
         assert!(
@@ -1559,7 +1677,7 @@ mod tests {
         // The notes count each resource's own writes.
         let mut two = marked(3);
         two.marks.insert(("g".into(), "elsewhere".into()), 0);
-        let report = check_with_stored(&h.0, &two, ServerBugs::default());
+        let report = check_with_stored(&h.0, &two, BackendFacts::default());
         let notes = &report.property(DURABILITY).unwrap().notes;
         assert!(
             notes.contains(&"g/elsewhere: mark 0 (0 acknowledged writes)".to_string()),

@@ -354,6 +354,11 @@ fn zk_member(
             .args([
                 "-Djava.net.preferIPv4Stack=true",
                 "-Dzookeeper.cnxTimeout=1000",
+                // Timestamps as etcd writes them (UTC, ISO 8601), so a gap
+                // in the history can be laid against the members' elections.
+                "-Duser.timezone=UTC",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX",
             ])
             .arg("-cp")
             .arg(&classpath)

@@ -584,6 +584,26 @@ fn anchor_args(
     Ok((program, args))
 }
 
+/// How long, in fault-free time, a lock someone is acquiring may go
+/// without a grant after a fault heals: the longest hold a client makes
+/// (the waiter may be queued behind it; a holder that died or was cut off
+/// keeps the lock for its lease, which is shorter), plus one acquire's wait
+/// bound (a waiter whose session or watch died in the fault learns of it
+/// then, and queues again), plus what the servers need to serve again: a
+/// ZooKeeper follower has initLimit x tickTime (50 x 200 ms) to join a new
+/// leader; etcd elects within twice its longest election timeout (2 x 5 s,
+/// the distant member); the apiserver gets the same 10 s to start. A local
+/// source has no server.
+pub fn heal_bound(kind: Kind, ttl: Duration) -> Duration {
+    let longest_hold = (ttl * 5 / 2).max(Duration::from_secs(3));
+    let acquire_wait = Duration::from_secs(5);
+    let servers = match kind {
+        Kind::Local => Duration::ZERO,
+        Kind::Zk(_) | Kind::Etcd(_) | Kind::Kube => Duration::from_secs(10),
+    };
+    longest_hold + acquire_wait + servers
+}
+
 /// The storages a client's writes go to.
 type Stores = (Arc<Storage>, Option<Arc<PgStore>>);
 
@@ -748,9 +768,10 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     }
     let (faulted, undrawn) = result?;
     let events = recorder.events();
-    let bugs = checker::ServerBugs {
+    let bugs = checker::BackendFacts {
         resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
         candidates_judge_expiry_on_their_clocks: cfg.kind == Kind::Kube,
+        heal_bound: Some(heal_bound(cfg.kind, cfg.ttl)),
     };
     let report = checker::check_with_stored(&events, &stored?, bugs);
     let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
