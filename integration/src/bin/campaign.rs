@@ -367,7 +367,11 @@ async fn campaign(args: RunArgs) -> ExitCode {
                 println!("too little exercised: {shortfall}");
             }
             println!("faults injected for {:.0} s", outcome.faulted.as_secs_f64());
-            println!("history: {}", outcome.history.display());
+            println!(
+                "history: {} (its t = 0 ms is {} UTC, the members' log time)",
+                outcome.history.display(),
+                wall_time_of(outcome.report.origin_ns)
+            );
             println!("timeline: {}", outcome.timeline.display());
             if !outcome.held() {
                 println!("VIOLATION with seed {seed}");
@@ -637,6 +641,15 @@ async fn inspect(source: String, within_ms: u64, locks: &[String]) -> ExitCode {
             }
         }
     }
+}
+
+/// The wall-clock time of a monotonic `at_ns` of this boot.
+fn wall_time_of(at_ns: u64) -> String {
+    let now = fencing_integration::campaign::client::monotonic_ns();
+    let ago = Duration::from_nanos(now.saturating_sub(at_ns));
+    k8s_openapi::jiff::Timestamp::now()
+        .checked_sub(ago)
+        .map_or_else(|_| "?".to_owned(), |t| t.to_string())
 }
 
 fn check_history(path: &std::path::Path, heal_bound: Option<Duration>) -> ExitCode {
