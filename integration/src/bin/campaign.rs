@@ -370,7 +370,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
             println!(
                 "history: {} (its t = 0 ms is {} UTC, the members' log time)",
                 outcome.history.display(),
-                wall_time_of(outcome.report.origin_ns)
+                outcome.history_starts
             );
             println!("timeline: {}", outcome.timeline.display());
             if !outcome.held() {
@@ -413,7 +413,7 @@ async fn open(source: &str, lock: &ResourceName) -> Result<Opened, String> {
         let make: GateMaker = Arc::new(move || {
             let s = maker.clone();
             Box::pin(async move {
-                let gate = s.gate(GATE_PATH).await.ok()?;
+                let gate = s.gate(GATE_PATH).ok()?;
                 Some(Arc::new(gate) as ClusterGate)
             })
         });
@@ -641,15 +641,6 @@ async fn inspect(source: String, within_ms: u64, locks: &[String]) -> ExitCode {
             }
         }
     }
-}
-
-/// The wall-clock time of a monotonic `at_ns` of this boot.
-fn wall_time_of(at_ns: u64) -> String {
-    let now = fencing_integration::campaign::client::monotonic_ns();
-    let ago = Duration::from_nanos(now.saturating_sub(at_ns));
-    k8s_openapi::jiff::Timestamp::now()
-        .checked_sub(ago)
-        .map_or_else(|_| "?".to_owned(), |t| t.to_string())
 }
 
 fn check_history(path: &std::path::Path, heal_bound: Option<Duration>) -> ExitCode {

@@ -127,6 +127,9 @@ pub struct Outcome {
     /// How long faults were injected.
     pub faulted: Duration,
     pub history: PathBuf,
+    /// The wall-clock (UTC) time of the history's first event, as the
+    /// members' logs write time.
+    pub history_starts: String,
     pub timeline: PathBuf,
 }
 
@@ -146,6 +149,8 @@ impl Outcome {
 pub struct Recorder {
     /// [`monotonic_ns`] when the run began: stamps count from it.
     origin_ns: u64,
+    /// The wall clock at that moment.
+    wall_origin: k8s_openapi::jiff::Timestamp,
     events: Mutex<Vec<Event>>,
     file: Mutex<std::io::BufWriter<std::fs::File>>,
 }
@@ -154,6 +159,7 @@ impl Recorder {
     fn create(path: &std::path::Path) -> std::io::Result<Recorder> {
         Ok(Recorder {
             origin_ns: monotonic_ns(),
+            wall_origin: k8s_openapi::jiff::Timestamp::now(),
             events: Mutex::new(Vec::new()),
             file: Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
         })
@@ -802,7 +808,13 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
         let names: Vec<&str> = undrawn.iter().map(|f| f.name()).collect();
         shortfalls.push(format!("never drawn: {}", names.join(", ")));
     }
+    let first_event = std::time::Duration::from_nanos(report.origin_ns);
+    let history_starts = recorder
+        .wall_origin
+        .checked_add(first_event)
+        .map_or_else(|_| "?".to_owned(), |t| t.to_string());
     Ok(Outcome {
+        history_starts,
         report,
         leftover_holder: leftover,
         shortfalls,

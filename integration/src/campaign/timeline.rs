@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
 use super::checker::Report;
+use super::heal::heal_waits;
 use super::history::{
     fault_spans, holds, sorted_order, Event, EventKind, FaultSpan, HoldEnd, WriteOutcome,
 };
@@ -84,7 +85,8 @@ pub struct Page {
 /// [`render_html`]); or, for a run longer than [`DETAIL_SPAN_NS`], an
 /// overview of per-column summaries that links detail windows
 /// (`timeline-<s>s.html`, from `s` seconds after the start) around the
-/// first violations, the longest gap between grants and the end.
+/// first violations, the longest gap between grants, the longest wait after
+/// a heal, and the end.
 pub fn render_pages(events: &[Event], report: &Report, title: &str) -> Vec<Page> {
     let (origin, end) = run_span(events);
     if end - origin <= DETAIL_SPAN_NS {
@@ -164,7 +166,8 @@ impl Window {
 
 /// Windows of [`WINDOW_NS`] on whole seconds, in time order: around each
 /// of the first violations (ending a half window after its last event),
-/// the longest gap between grants (from a little before it) and the end.
+/// the longest gap between grants and the longest wait after a heal (from
+/// a little before each) and the end.
 fn detail_windows(events: &[Event], report: &Report) -> Vec<Window> {
     let (origin, end) = run_span(events);
     let mut wanted: Vec<(u64, String)> = Vec::new();
@@ -194,6 +197,19 @@ fn detail_windows(events: &[Event], report: &Report) -> Vec<Window> {
             (gap[1] - gap[0]) / 1_000_000
         );
         wanted.push((gap[0].saturating_sub(WINDOW_NS / 6), why));
+    }
+    let (order, faults) = (sorted_order(events), fault_spans(events));
+    let waits = heal_waits(events, &order, &faults, end);
+    if let Some(w) = waits.iter().max_by_key(|w| w.quiet_ns) {
+        let why = format!(
+            "the longest wait after a heal: {} went {} ms of fault-free time without a grant \
+             after {} {}",
+            w.resource,
+            w.quiet_ns / 1_000_000,
+            w.fault,
+            w.id
+        );
+        wanted.push((w.heal_ns.saturating_sub(WINDOW_NS / 6), why));
     }
     wanted.push((
         end.saturating_sub(WINDOW_NS),
