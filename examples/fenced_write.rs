@@ -30,17 +30,20 @@ async fn main() -> Result<(), Error> {
 
     // `fenced` re-acquires and redoes the work when the store refuses the
     // token (someone newer wrote first) or the grant is lost meanwhile.
-    let token = fencing::fenced(&*source, &ledger, &options, 3, |grant| {
-        let store = &store;
-        let ledger = &ledger;
-        async move {
-            store
-                .write(ledger, grant.token, &grant.holder, "balance=100")
-                .await?;
-            Ok(grant.token)
-        }
-    })
-    .await?;
+    let token = fencing::fenced(&*source, &ledger)
+        .options(options)
+        .attempts(3)
+        .run(|grant| {
+            let store = &store;
+            let ledger = &ledger;
+            async move {
+                store
+                    .write(ledger, grant.token, &grant.holder, "balance=100")
+                    .await?;
+                Ok(grant.token)
+            }
+        })
+        .await?;
     println!("wrote balance=100 with token {token}");
     println!("store now holds: {:?}", store.read(&ledger)?);
     Ok(())

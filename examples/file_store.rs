@@ -52,7 +52,7 @@ impl FileStore {
             Ok((lock, FileGate::open(dir.join("marks.gate"))?))
         })
         .await?;
-        gate.admit(resource, token).await?;
+        gate.admit_any_source(resource, token).await?;
         let (dir, resource) = (self.dir.clone(), resource.clone());
         let line = format!("{token} {writer} {value}\n");
         let value = value.to_owned();

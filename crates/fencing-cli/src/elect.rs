@@ -148,8 +148,12 @@ pub async fn observe(args: ObserveArgs) -> Result<()> {
 }
 
 async fn elector(url: &str, election: &str, config: ElectionConfig) -> Result<LeaderElector> {
-    let source: Arc<dyn FencingSource> = source_arg::open(url).await?;
+    // Everything that can be checked offline is refused before connecting.
     let election = source_arg::resource("--election", election)?;
+    config
+        .check()
+        .map_err(|e| source_arg::classify(e, "election settings"))?;
+    let source: Arc<dyn FencingSource> = source_arg::open(url).await?;
     LeaderElector::new(source, election, config)
         .map_err(|e| source_arg::classify(e, "election settings"))
 }

@@ -182,6 +182,17 @@ fn command_line_mistakes_are_one_line_and_exit_2() {
             "--election",
         ),
         (&["observe", "--source", &url], "--election"),
+        // Refused before connecting: nothing listens on port 1.
+        (
+            &[
+                "observe",
+                "--source",
+                "etcd://127.0.0.1:1/e",
+                "--election",
+                "Jobs",
+            ],
+            "--election",
+        ),
         (
             &["observe", "--source", "etcd://", "--election", "e"],
             "etcd://",

@@ -504,6 +504,19 @@ fn every_command_line_mistake_is_one_line_and_exit_2() {
             &["run", "--source", &url, "--lock", "a\u{7}b", "--", "true"],
             "--lock",
         ),
+        // Refused before connecting: nothing listens on port 1.
+        (
+            &[
+                "run",
+                "--source",
+                "zk://127.0.0.1:1/locks",
+                "--lock",
+                "Jobs",
+                "--",
+                "true",
+            ],
+            "--lock",
+        ),
         (
             &[
                 "run", "--source", &url, "--lock", "l", "--ttl", "0", "--", "true",

@@ -11,10 +11,17 @@ pub use crate::jitter::{jittered, JITTER_FACTOR};
 pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
 pub use crate::redact::{redact_credentials, redact_secrets, REDACTED};
 pub use crate::settings::{is_host_port, positive_seconds};
-pub use crate::source::{ensure_same_source, with_timeout};
+pub use crate::source::{ensure_same_source, with_timeout, IfHeld, RawSource};
 pub use crate::source_url::UrlParts;
 
-use crate::grant::Grant;
+use crate::grant::{Grant, GrantInfo};
+
+/// Assembles a grant from what the backend minted (`info`), the tracker of
+/// its lease, and how to release it. Users get grants from a
+/// [`FencingSource`](crate::FencingSource).
+pub fn grant(info: GrantInfo, lease: LeaseTracker, backend: Box<dyn GrantBackend>) -> Grant {
+    Grant::new(info, lease, backend)
+}
 
 /// The writable tracker behind `grant`'s lease: a backend marks the grant
 /// lost with it when it sees the loss at the server (a guarded write that

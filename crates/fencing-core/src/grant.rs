@@ -50,11 +50,22 @@ impl fmt::Debug for SourceId {
 
 /// The current holder of a resource as the source sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HolderInfo {
     /// The holder's identity string.
     pub holder: String,
     /// The token of the holder's grant.
     pub token: FencingToken,
+}
+
+impl HolderInfo {
+    /// A holder as a backend reports it.
+    pub fn new(holder: impl Into<String>, token: FencingToken) -> Self {
+        HolderInfo {
+            holder: holder.into(),
+            token,
+        }
+    }
 }
 
 /// What a backend does when its grant is released. Implementations also stop
@@ -102,7 +113,12 @@ where
 }
 
 /// The parts of a grant a backend fills in.
+///
+/// Backends build it with [`new`](Self::new) and the `with_*` methods (the
+/// struct may gain fields, so it cannot be written as a literal outside
+/// this crate).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct GrantInfo {
     /// The token minted with this grant.
     pub token: FencingToken,
@@ -121,6 +137,46 @@ pub struct GrantInfo {
     /// etcd, ZooKeeper and LocalSource, the retry period for Kubernetes.
     /// A deadline counted from the last renewal must leave room for it.
     pub renew_interval: Duration,
+}
+
+impl GrantInfo {
+    /// A grant of `resource` with `token`, minted by `source`; the holder is
+    /// [`default_holder_identity`](crate::default_holder_identity), the key
+    /// the resource's name, and the lease unset (zero) until
+    /// [`with_lease`](Self::with_lease).
+    pub fn new(token: FencingToken, resource: ResourceName, source: SourceId) -> Self {
+        GrantInfo {
+            key: resource.to_string(),
+            token,
+            resource,
+            holder: crate::default_holder_identity(),
+            source,
+            ttl: Duration::ZERO,
+            renew_interval: Duration::ZERO,
+        }
+    }
+
+    /// The holder identity the grant was taken under.
+    #[must_use]
+    pub fn with_holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+
+    /// The coordinator-side key of the grant.
+    #[must_use]
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = key.into();
+        self
+    }
+
+    /// The lease length and how often the backend renews it.
+    #[must_use]
+    pub fn with_lease(mut self, ttl: Duration, renew_interval: Duration) -> Self {
+        self.ttl = ttl;
+        self.renew_interval = renew_interval;
+        self
+    }
 }
 
 /// A granted lock or lease and its fencing token.
@@ -143,9 +199,12 @@ pub struct Grant {
 }
 
 impl Grant {
-    /// Assembles a grant. Backends call this; users get grants from a
-    /// [`FencingSource`](crate::FencingSource).
-    pub fn new(info: GrantInfo, lease: LeaseTracker, backend: Box<dyn GrantBackend>) -> Self {
+    /// Assembles a grant ([`crate::backend::grant`] for backends).
+    pub(crate) fn new(
+        info: GrantInfo,
+        lease: LeaseTracker,
+        backend: Box<dyn GrantBackend>,
+    ) -> Self {
         Grant {
             info,
             lease,

@@ -57,7 +57,7 @@ mod timings;
 mod token;
 
 pub use error::{BoxError, Error, Result};
-pub use fenced::fenced;
+pub use fenced::{fenced, Fenced, DEFAULT_ATTEMPTS};
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use gate::FileGate;
@@ -68,7 +68,7 @@ pub use lease::{LeaseView, LossReason};
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use local::{LocalSource, DEFAULT_LOCAL_TTL, MIN_LOCAL_TTL};
 pub use resource::{ResourceName, MAX_RESOURCE_LEN, PORTABLE_RULE};
-pub use source::{default_holder_identity, AcquireOptions, FencingSource, IfHeld};
+pub use source::{default_holder_identity, AcquireOptions, FencingSource};
 pub use timings::{
     LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
 };

@@ -100,12 +100,16 @@ impl AcquireOptions {
     }
 }
 
-/// A coordinator that grants locks with fencing tokens.
+/// A coordinator that grants locks with fencing tokens: what users call.
 ///
 /// Object safe: keep one as `Arc<dyn FencingSource>` and switch backends by
 /// configuration. Every method is cancel-safe in the sense that dropping its
 /// future leaves no grant that keeps renewing; a grant minted just before the
 /// drop expires after its TTL.
+///
+/// Backends do not implement this trait: they implement
+/// [`RawSource`](crate::backend::RawSource), and every `RawSource` is a
+/// `FencingSource`.
 ///
 /// ```
 /// # async fn example() -> fencing_core::Result<()> {
@@ -125,9 +129,63 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
     /// Who mints this source's tokens.
     fn identity(&self) -> &SourceId;
 
+    /// Waits until the resource is granted, the options' timeout passes
+    /// ([`Error::Timeout`]), or the future is dropped. A queued request cut
+    /// short queues again; with a timeout, failed requests (timeouts, an
+    /// unreachable cluster, backend errors) are retried too, so the error
+    /// surfaces when the timeout ends. Configuration, permission and name
+    /// errors return at once.
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant>;
+
+    /// Takes the resource if it is free now; `Ok(None)` when someone holds it.
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>>;
+
+    /// Waits for the lock `name` (checked by [`ResourceName::new`]) with the
+    /// source's default lease, for as long as it takes:
+    /// `source.lock("nightly-report")`.
+    async fn lock(&self, name: &str) -> Result<Grant> {
+        let resource = ResourceName::new(name)?;
+        self.acquire(&resource, &AcquireOptions::new()).await
+    }
+
+    /// [`lock`](Self::lock), giving up with [`Error::Timeout`] when not
+    /// granted within `wait` (a bound on the wait, not the lease's length).
+    async fn lock_within(&self, name: &str, wait: Duration) -> Result<Grant> {
+        let resource = ResourceName::new(name)?;
+        self.acquire(&resource, &AcquireOptions::new().timeout(wait))
+            .await
+    }
+
+    /// Asks the coordinator whether this grant is still the current one.
+    /// A grant from another source is an [`Error::ForeignSource`].
+    async fn validate(&self, grant: &Grant) -> Result<bool>;
+
+    /// The current holder of a resource, if any.
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>>;
+
+    /// Ends this source's sessions and waits until the coordinator ended
+    /// them: every grant the source holds is lost at once, and its keys or
+    /// nodes go with their sessions (etcd revokes its leases, ZooKeeper
+    /// closes its sessions). Local and Kubernetes sources hold no session:
+    /// there it does nothing, and each grant ends when released or dropped.
+    /// The source opens new sessions if it is used again.
+    async fn close(&self) -> Result<()>;
+}
+
+/// What a backend implements; users call [`FencingSource`], which every
+/// `RawSource` is. Lives in [`crate::backend`].
+#[async_trait]
+pub trait RawSource: Send + Sync + std::fmt::Debug {
+    /// Who mints this source's tokens.
+    fn identity(&self) -> &SourceId;
+
     /// What [`FencingSource::acquire`] names in its timeout error, e.g.
     /// `acquire "orders" on etcd [10.0.0.1:2379]`. The default names the
-    /// resource and [`FencingSource::identity`].
+    /// resource and [`RawSource::identity`].
     fn describe_acquire(&self, resource: &ResourceName) -> String {
         format!("acquire {resource:?} from {}", self.identity())
     }
@@ -146,12 +204,24 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         if_held: IfHeld,
     ) -> Result<Option<Grant>>;
 
-    /// Waits until the resource is granted, the options' timeout passes
-    /// ([`Error::Timeout`]), or the future is dropped. A queued request cut
-    /// short queues again; with a timeout, failed requests (timeouts, an
-    /// unreachable cluster, backend errors) are retried too, so the error
-    /// surfaces when the timeout ends. Configuration, permission and name
-    /// errors return at once.
+    /// [`FencingSource::validate`].
+    async fn validate(&self, grant: &Grant) -> Result<bool>;
+
+    /// [`FencingSource::holder`].
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>>;
+
+    /// [`FencingSource::close`]; nothing to do by default.
+    async fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<T: RawSource> FencingSource for T {
+    fn identity(&self) -> &SourceId {
+        RawSource::identity(self)
+    }
+
     async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
         let requeued = AtomicUsize::new(0);
         let operation = || {
@@ -167,7 +237,6 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         result
     }
 
-    /// Takes the resource if it is free now; `Ok(None)` when someone holds it.
     async fn try_acquire(
         &self,
         resource: &ResourceName,
@@ -176,31 +245,20 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         self.take(resource, options, IfHeld::GiveUp).await
     }
 
-    /// Waits for the lock `name` (checked by [`ResourceName::new`]) with the
-    /// source's default lease, for as long as it takes:
-    /// `source.lock("nightly-report")`.
-    async fn lock(&self, name: &str) -> Result<Grant> {
-        let resource = ResourceName::new(name)?;
-        self.acquire(&resource, &AcquireOptions::new()).await
+    async fn validate(&self, grant: &Grant) -> Result<bool> {
+        RawSource::validate(self, grant).await
     }
 
-    /// [`lock`](Self::lock), giving up with [`Error::Timeout`] after
-    /// `timeout`.
-    async fn lock_for(&self, name: &str, timeout: Duration) -> Result<Grant> {
-        let resource = ResourceName::new(name)?;
-        self.acquire(&resource, &AcquireOptions::new().timeout(timeout))
-            .await
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
+        RawSource::holder(self, resource).await
     }
 
-    /// Asks the coordinator whether this grant is still the current one.
-    /// A grant from another source is an [`Error::ForeignSource`].
-    async fn validate(&self, grant: &Grant) -> Result<bool>;
-
-    /// The current holder of a resource, if any.
-    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>>;
+    async fn close(&self) -> Result<()> {
+        RawSource::close(self).await
+    }
 }
 
-/// What [`FencingSource::take`] does when someone else holds the resource.
+/// What [`RawSource::take`] does when someone else holds the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IfHeld {
     /// Queue until granted.

@@ -20,7 +20,7 @@ const MAX_DIGITS: usize = 20;
 /// one its mark is bound to when the token is presented with its source
 /// ([`Gate::admit_from`](crate::Gate::admit_from) or
 /// [`Gate::admit_grant`](crate::Gate::admit_grant)). The unbound
-/// [`Gate::admit`](crate::Gate::admit) cannot tell sources apart; use it
+/// [`Gate::admit_any_source`](crate::Gate::admit_any_source) cannot tell sources apart; use it
 /// only where one source feeds the store.
 ///
 /// A token proves nothing by itself: it is a number a client sends. A

@@ -17,8 +17,8 @@ use fencing_core::{Error, Result};
 ///     .lease_duration(Duration::from_secs(6))
 ///     .renew_deadline(Duration::from_secs(4))
 ///     .retry_period(Duration::from_secs(1));
-/// config.validate()?;
-/// assert!(ElectionConfig::new("").validate().is_err());
+/// config.check()?;
+/// assert!(ElectionConfig::new("").check().is_err());
 /// # Ok::<(), fencing_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,9 +50,7 @@ pub struct ElectionConfig {
     pub timings: LeaderTimings,
 }
 
-pub use fencing_core::{
-    LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-};
+use fencing_core::LeaderTimings;
 
 impl ElectionConfig {
     /// A candidate named `identity` with client-go's default timings.
@@ -95,7 +93,7 @@ impl ElectionConfig {
     /// Checks a non-empty identity and the timings' rule
     /// ([`LeaderTimings::check`]). The [`Error::Config`] names the rule
     /// that failed.
-    pub fn validate(&self) -> Result<()> {
+    pub fn check(&self) -> Result<()> {
         if self.identity.is_empty() {
             return Err(Error::Config(
                 "election identity must not be empty".to_owned(),
@@ -110,7 +108,7 @@ mod tests {
     use super::*;
 
     fn message(config: &ElectionConfig) -> String {
-        match config.validate() {
+        match config.check() {
             Err(Error::Config(m)) => m,
             other => panic!("expected a Config error for {config:?}, got {other:?}"),
         }
@@ -120,7 +118,7 @@ mod tests {
     fn defaults_are_client_go_s_and_valid() {
         let c = ElectionConfig::new("a");
         assert_eq!(c.timings, LeaderTimings::default());
-        c.validate().unwrap();
+        c.check().unwrap();
     }
 
     #[test]
@@ -145,6 +143,6 @@ mod tests {
         assert!(message(&c).contains("greater than renew_deadline"));
         let scaled = c.timings(LeaderTimings::scaled_to(s(3)));
         assert_eq!(scaled.timings.renew_deadline, s(2));
-        scaled.validate().unwrap();
+        scaled.check().unwrap();
     }
 }

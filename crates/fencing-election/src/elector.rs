@@ -56,7 +56,7 @@ impl LeaderElector {
         election: ResourceName,
         config: ElectionConfig,
     ) -> Result<Self> {
-        config.validate()?;
+        config.check()?;
         Ok(LeaderElector {
             source,
             election,

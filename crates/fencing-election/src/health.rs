@@ -19,7 +19,7 @@ impl CurrentTerm {
     /// Records `term` as held until the returned guard is dropped.
     pub(crate) fn hold(&self, term: &Arc<Term>) -> HeldTerm {
         *self.lock() = Some(term.clone());
-        fencing_core::metrics::leader_status(term.election.as_str(), true);
+        fencing_core::metrics::leader_status(term.info.resource.as_str(), true);
         HeldTerm {
             current: self.clone(),
             term: term.clone(),
@@ -51,7 +51,7 @@ impl Drop for HeldTerm {
         let mut slot = self.current.lock();
         if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &self.term)) {
             *slot = None;
-            fencing_core::metrics::leader_status(self.term.election.as_str(), false);
+            fencing_core::metrics::leader_status(self.term.info.resource.as_str(), false);
         }
     }
 }
@@ -98,15 +98,15 @@ impl LeaderHealth {
             return Ok(());
         };
         let since = Instant::now().saturating_duration_since(term.tracker.last_renewal());
-        if since <= term.ttl + self.tolerance {
+        if since <= term.info.ttl + self.tolerance {
             return Ok(());
         }
         Err(Error::lost(
-            term.election.as_str(),
+            term.info.resource.as_str(),
             format!(
                 "this process still holds term {} but its lease was last renewed {since:?} \
                  ago, more than its TTL {:?} plus the tolerance {:?}: the election loop is stuck",
-                term.token, term.ttl, self.tolerance
+                term.info.token, term.info.ttl, self.tolerance
             ),
         ))
     }

@@ -27,7 +27,7 @@
 //! let gate = MemoryGate::new(); // lives in the storage
 //!
 //! let leadership = elector.campaign().await?;
-//! gate.admit(&election, leadership.token()).await?; // a write of this term
+//! gate.admit_grant(leadership.info()).await?; // a write of this term: token and source
 //! leadership.resign().await?;
 //!
 //! let mut followers = elector.observe();
@@ -41,10 +41,7 @@ mod health;
 mod observer;
 mod term;
 
-pub use config::{
-    ElectionConfig, LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RETRY_PERIOD,
-};
+pub use config::ElectionConfig;
 pub use elector::LeaderElector;
 pub use health::LeaderHealth;
 pub use observer::{Leader, Observer};

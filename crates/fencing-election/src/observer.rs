@@ -13,6 +13,7 @@ use tokio::time::{Instant, Sleep};
 
 /// Who leads, as a follower sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leader {
     /// The value the leader published: its
     /// [`ElectionConfig::identity`](crate::ElectionConfig::identity).

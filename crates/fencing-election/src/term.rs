@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::backend::LeaseTracker;
-use fencing_core::{FencingToken, Grant, LossReason, ResourceName, Result};
+use fencing_core::{FencingToken, Grant, GrantInfo, LossReason, ResourceName, Result};
 use tokio::time::Instant;
 
 use crate::health::{CurrentTerm, HeldTerm};
@@ -28,11 +28,8 @@ use crate::health::{CurrentTerm, HeldTerm};
 pub(crate) struct Term {
     pub(crate) tracker: LeaseTracker,
     renew_deadline: Duration,
-    /// The grant's TTL, as granted.
-    pub(crate) ttl: Duration,
-    pub(crate) token: FencingToken,
-    identity: Arc<str>,
-    pub(crate) election: ResourceName,
+    /// The grant's token, resource (the election), holder, source and TTL.
+    pub(crate) info: GrantInfo,
 }
 
 /// How often a term's loss is looked at again while nothing else wakes it.
@@ -102,10 +99,7 @@ impl Leadership {
         let term = Arc::new(Term {
             tracker: fencing_core::backend::tracker(&grant).clone(),
             renew_deadline,
-            ttl: grant.ttl(),
-            token: grant.token(),
-            identity: grant.holder().into(),
-            election: grant.resource().clone(),
+            info: grant.info().clone(),
         });
         Leadership {
             grant,
@@ -155,6 +149,13 @@ impl Leadership {
         &self.grant
     }
 
+    /// What the storage's gate checks of this term: token, election,
+    /// identity and source ([`Gate::admit_grant`](fencing_core::Gate::admit_grant)).
+    #[must_use]
+    pub fn info(&self) -> &GrantInfo {
+        self.grant.info()
+    }
+
     /// A cheap handle for the leader's work.
     #[must_use]
     pub fn context(&self) -> LeaderContext {
@@ -195,19 +196,26 @@ impl LeaderContext {
     /// The term's fencing token: send it with every write.
     #[must_use]
     pub fn token(&self) -> FencingToken {
-        self.term.token
+        self.term.info.token
+    }
+
+    /// The term's grant: token, election, identity and source, what the
+    /// storage's gate checks ([`Gate::admit_grant`](fencing_core::Gate::admit_grant)).
+    #[must_use]
+    pub fn info(&self) -> &GrantInfo {
+        &self.term.info
     }
 
     /// The leader's identity.
     #[must_use]
     pub fn identity(&self) -> &str {
-        &self.term.identity
+        &self.term.info.holder
     }
 
     /// The election this term belongs to.
     #[must_use]
     pub fn election(&self) -> &ResourceName {
-        &self.term.election
+        &self.term.info.resource
     }
 
     /// True until leadership may be lost.
@@ -230,10 +238,13 @@ mod tests {
         Term {
             tracker: LeaseTracker::new(Instant::now(), ttl),
             renew_deadline,
-            ttl,
-            token: FencingToken::new(7),
-            identity: "a".into(),
-            election: ResourceName::new("e").unwrap(),
+            info: GrantInfo::new(
+                FencingToken::new(7),
+                ResourceName::new("e").unwrap(),
+                fencing_core::SourceId::new("test"),
+            )
+            .with_holder("a")
+            .with_lease(ttl, ttl / 3),
         }
     }
 

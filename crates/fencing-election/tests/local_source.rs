@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::{
-    Error, FencingSource, FencingToken, Gate, LocalSource, LossReason, MemoryGate, ResourceName,
+    Error, FencingSource, FencingToken, Gate, HolderInfo, LocalSource, LossReason, MemoryGate,
+    ResourceName,
 };
 use fencing_election::{ElectionConfig, Leader, LeaderElector, Observer};
 use tokio::time::{timeout, Instant};
@@ -118,7 +119,7 @@ async fn run_cancels_the_work_when_renewals_stop() {
         PATIENCE,
         a.run(|ctx| async move {
             let _flag = DropFlag(flag);
-            g.admit(&election(), ctx.token()).await.unwrap();
+            g.admit_any_source(&election(), ctx.token()).await.unwrap();
             stalled.pause_renewals(true); // a renewer that froze
             std::future::pending::<()>().await;
         }),
@@ -137,10 +138,12 @@ async fn run_cancels_the_work_when_renewals_stop() {
     // The next leader's writes pass, and the old term's token is refused.
     let b = elector(&sb, short("b"));
     let next = timeout(PATIENCE, b.campaign()).await.unwrap().unwrap();
-    gate.admit(&election(), next.token()).await.unwrap();
+    gate.admit_any_source(&election(), next.token())
+        .await
+        .unwrap();
     let old = FencingToken::new(next.token().get() - 1);
     assert!(matches!(
-        gate.admit(&election(), old).await,
+        gate.admit_any_source(&election(), old).await,
         Err(Error::Stale { .. })
     ));
     next.resign().await.unwrap();
@@ -182,20 +185,14 @@ async fn observer_reports_none_then_each_leader() {
     let seen_a = next(&mut observer).await;
     assert_eq!(
         seen_a,
-        Some(Leader {
-            identity: "a".into(),
-            token: term_a.token()
-        })
+        Some(Leader::from(HolderInfo::new("a", term_a.token())))
     );
     term_a.resign().await.unwrap();
     assert_eq!(next(&mut observer).await, None);
     let term_b = b.campaign().await.unwrap();
     assert_eq!(
         next(&mut observer).await,
-        Some(Leader {
-            identity: "b".into(),
-            token: term_b.token()
-        })
+        Some(Leader::from(HolderInfo::new("b", term_b.token())))
     );
     // The same identity in a new term is a change: its token differs. Read
     // it through the Stream implementation this time.
@@ -205,10 +202,7 @@ async fn observer_reports_none_then_each_leader() {
     let first = timeout(PATIENCE, poll(&mut stream)).await.unwrap();
     assert_eq!(
         first.unwrap().unwrap(),
-        Some(Leader {
-            identity: "b".into(),
-            token: term_b2.token()
-        })
+        Some(Leader::from(HolderInfo::new("b", term_b2.token())))
     );
     let stale = term_b2.token();
     drop(term_b2);
@@ -222,10 +216,7 @@ async fn observer_reports_none_then_each_leader() {
         if seen.as_ref().is_some_and(|l| l.token != stale) {
             assert_eq!(
                 seen,
-                Some(Leader {
-                    identity: "b".into(),
-                    token: term_b3.token()
-                })
+                Some(Leader::from(HolderInfo::new("b", term_b3.token())))
             );
             break;
         }

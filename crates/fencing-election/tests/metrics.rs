@@ -66,8 +66,13 @@ async fn grants_losses_refusals_and_leadership_are_measured() {
     grant.release().await.unwrap();
 
     let gate = MemoryGate::new();
-    gate.admit(&resource, FencingToken::new(5)).await.unwrap();
-    assert!(gate.admit(&resource, FencingToken::new(4)).await.is_err());
+    gate.admit_any_source(&resource, FencingToken::new(5))
+        .await
+        .unwrap();
+    assert!(gate
+        .admit_any_source(&resource, FencingToken::new(4))
+        .await
+        .is_err());
 
     let elector = LeaderElector::new(
         source.clone(),

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use fencing_core::backend::{check_source, check_token};
-use fencing_core::{Error, FencingToken, Gate, Grant, ResourceName, Result, SourceId};
+use fencing_core::{Error, FencingToken, Gate, ResourceName, Result, SourceId};
 
 use crate::config::check_prefix;
 use crate::conn::Conn;
@@ -18,9 +18,10 @@ const MAX_RACES: usize = 32;
 ///
 /// Get one from [`EtcdSource::gate`](crate::EtcdSource::gate). Its marks
 /// are bound to that cluster's source id: use the bound form,
-/// [`admit_from`](Gate::admit_from) or [`admit_grant`](Self::admit_grant),
-/// which refuse a token of any other source with
-/// [`Error::ForeignSource`]. The unbound [`admit`](Gate::admit) takes the
+/// [`admit_grant`](Gate::admit_grant) (with `grant.info()`) or
+/// [`admit_from`](Gate::admit_from), which refuse a token of any other
+/// source with [`Error::ForeignSource`]. The unbound
+/// [`admit_any_source`](Gate::admit_any_source) takes the
 /// token to be this cluster's.
 ///
 /// A cluster restored from a snapshot keeps its cluster id (so the same
@@ -40,13 +41,6 @@ impl EtcdGate {
             source,
             prefix,
         })
-    }
-
-    /// Admits the grant's token after checking that this cluster minted it:
-    /// [`Gate::admit_from`] with the grant's resource, source and token
-    /// (also reachable as [`Gate::admit_grant`] with `grant.info()`).
-    pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
-        Gate::admit_from(self, grant.resource(), grant.source(), grant.token()).await
     }
 
     fn key(&self, resource: &ResourceName) -> String {
@@ -72,7 +66,19 @@ impl EtcdGate {
 
 #[async_trait]
 impl Gate for EtcdGate {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+    /// The marks live in the cluster that mints the tokens, so they are bound
+    /// to it: a token named as another source's is refused with
+    /// [`Error::ForeignSource`] before anything is read or written; the
+    /// unbound form takes the token to be this cluster's.
+    async fn admit_with(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        if let Some(source) = source {
+            check_source(resource, Some(&self.source), Some(source))?;
+        }
         let key = self.key(resource);
         for _ in 0..MAX_RACES {
             let (mark, mod_rev) = self.read(&key).await?;
@@ -102,19 +108,6 @@ impl Gate for EtcdGate {
             "etcd gate",
             format!("mark of {key:?} kept moving for {MAX_RACES} tries"),
         ))
-    }
-
-    /// The marks live in the cluster that mints the tokens, so they are bound
-    /// to it: a token named as another source's is refused with
-    /// [`Error::ForeignSource`] before anything is read or written.
-    async fn admit_from(
-        &self,
-        resource: &ResourceName,
-        source: &SourceId,
-        token: FencingToken,
-    ) -> Result<()> {
-        check_source(resource, Some(&self.source), Some(source))?;
-        self.admit(resource, token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

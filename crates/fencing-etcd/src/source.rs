@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
-use fencing_core::backend::{ensure_same_source, release_until_lost, GrantBackend};
+use fencing_core::backend::{
+    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource,
+};
 use fencing_core::{
-    default_holder_identity, AcquireOptions, Error, FencingSource, FencingToken, Grant, GrantInfo,
-    HolderInfo, IfHeld, LossReason, ResourceName, Result, SourceId,
+    default_holder_identity, AcquireOptions, Error, FencingToken, Grant, GrantInfo, HolderInfo,
+    LossReason, ResourceName, Result, SourceId,
 };
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
@@ -203,7 +205,7 @@ impl EtcdSource {
     }
 
     /// Revokes this source's sessions: every grant it holds ends at once.
-    pub async fn close(&self) -> Result<()> {
+    async fn revoke_sessions(&self) -> Result<()> {
         let sessions = self.inner.sessions.lock().await.drain();
         for s in sessions {
             s.revoke(&self.inner.conn).await?;
@@ -290,15 +292,10 @@ impl EtcdSource {
             .inner
             .watches
             .own_key(&keys.mine, attempt.rev, tracker.clone());
-        let info = GrantInfo {
-            token,
-            resource: resource.clone(),
-            holder,
-            source: self.inner.identity.clone(),
-            key: keys.mine.clone(),
-            ttl: session.ttl,
-            renew_interval: session.ttl / 3,
-        };
+        let info = GrantInfo::new(token, resource.clone(), self.inner.identity.clone())
+            .with_holder(holder)
+            .with_key(keys.mine.clone())
+            .with_lease(session.ttl, session.ttl / 3);
         let backend = EtcdGrant {
             conn: conn.clone(),
             key: keys.mine,
@@ -308,7 +305,11 @@ impl EtcdSource {
             _local: pending.disarm(),
         };
         tracing::debug!(%resource, %token, "etcd grant");
-        Ok(Some(Grant::new(info, tracker, Box::new(backend))))
+        Ok(Some(fencing_core::backend::grant(
+            info,
+            tracker,
+            Box::new(backend),
+        )))
     }
 }
 
@@ -422,7 +423,7 @@ impl GrantBackend for EtcdGrant {
 }
 
 #[async_trait]
-impl FencingSource for EtcdSource {
+impl RawSource for EtcdSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity
     }
@@ -448,17 +449,16 @@ impl FencingSource for EtcdSource {
         lock::still_mine(&self.inner.conn, grant.key(), rev).await
     }
 
+    async fn close(&self) -> Result<()> {
+        self.revoke_sessions().await
+    }
+
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
         lock::check_resource(resource)?;
         let dir = lock::lock_dir(&self.inner.cfg.prefix, resource);
         let owner = lock::owner(&self.inner.conn, &dir).await?;
         owner
-            .map(|(holder, rev)| {
-                Ok(HolderInfo {
-                    holder,
-                    token: FencingToken::try_from(rev)?,
-                })
-            })
+            .map(|(holder, rev)| Ok(HolderInfo::new(holder, FencingToken::try_from(rev)?)))
             .transpose()
     }
 }

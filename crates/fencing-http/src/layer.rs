@@ -126,7 +126,7 @@ impl Methods {
 ///    (and its clones) produced;
 /// 3. admits the token through the [`Gate`]: with a source header through
 ///    [`Gate::admit_from`] (a token of another source than the mark's is
-///    refused), without one through the unbound [`Gate::admit`];
+///    refused), without one through the unbound [`Gate::admit_any_source`];
 /// 4. calls the inner service and holds the mutex until the inner
 ///    service's future has finished, i.e. until the handler returned its
 ///    response.
@@ -355,7 +355,7 @@ where
             let r = _held.resource();
             let admitted = match &source {
                 Some(source) => gate.admit_from(r, source, token).await,
-                None => gate.admit(r, token).await,
+                None => gate.admit_any_source(r, token).await,
             };
             if let Err(e) = admitted {
                 let rejection = Rejection::from_gate(e, r);

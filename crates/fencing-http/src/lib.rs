@@ -88,5 +88,5 @@ pub const HEADER: &str = "fencing-token";
 /// (see [`source_header_value`] for its one spelling). With it the layer
 /// admits through [`Gate::admit_from`](fencing_core::Gate::admit_from), so
 /// a token of another source than the resource's mark is refused; without
-/// it through the unbound [`Gate::admit`](fencing_core::Gate::admit).
+/// it through the unbound [`Gate::admit_any_source`](fencing_core::Gate::admit_any_source).
 pub const SOURCE_HEADER: &str = "fencing-source";

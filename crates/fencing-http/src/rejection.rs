@@ -110,7 +110,7 @@ pub(crate) enum Rejection {
 }
 
 impl Rejection {
-    /// Sorts an error returned by [`Gate::admit`](fencing_core::Gate::admit)
+    /// Sorts an error returned by [`Gate::admit_with`](fencing_core::Gate::admit_with)
     /// or [`Gate::admit_from`](fencing_core::Gate::admit_from) for `resource`.
     pub(crate) fn from_gate(error: Error, resource: &ResourceName) -> Self {
         let resource = resource.to_string();

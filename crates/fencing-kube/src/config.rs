@@ -9,9 +9,7 @@ use fencing_core::{Error, Result};
 
 use crate::names::check_namespace;
 
-pub use fencing_core::{
-    LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
-};
+use fencing_core::LeaderTimings;
 
 /// Default limit for one request to the apiserver.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -293,6 +291,7 @@ fn whole_seconds(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencing_core::DEFAULT_LEASE_DURATION;
     use proptest::prelude::*;
 
     fn config_err(url: &str) -> String {

@@ -60,10 +60,7 @@ mod record;
 mod session;
 mod source;
 
-pub use config::{
-    KubeConfig, LeaderTimings, LeaseOptions, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_PERIOD,
-};
+pub use config::{KubeConfig, LeaseOptions, DEFAULT_REQUEST_TIMEOUT};
 pub use record::TOKEN_ANNOTATION;
 pub use source::KubeLeaseSource;
 

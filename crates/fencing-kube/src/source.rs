@@ -5,10 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use fencing_core::backend::{ensure_same_source, jittered, LeaseTracker, JITTER_FACTOR};
+use fencing_core::backend::{
+    ensure_same_source, jittered, IfHeld, LeaseTracker, RawSource, JITTER_FACTOR,
+};
 use fencing_core::{
-    default_holder_identity, AcquireOptions, Error, FencingSource, Grant, GrantInfo, HolderInfo,
-    IfHeld, LeaderTimings, ResourceName, Result, SourceId,
+    default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LeaderTimings,
+    ResourceName, Result, SourceId,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
@@ -303,25 +305,24 @@ impl KubeLeaseSource {
             holder: holder.to_owned(),
             transitions: view.transitions,
         };
-        let info = GrantInfo {
-            token,
-            resource: resource.clone(),
-            holder: holder.to_owned(),
-            source: self.inner.identity.clone(),
-            key: key.encode(),
-            ttl: timings.lease_duration,
-            renew_interval: timings.retry_period,
-        };
+        let info = GrantInfo::new(token, resource.clone(), self.inner.identity.clone())
+            .with_holder(holder)
+            .with_key(key.encode())
+            .with_lease(timings.lease_duration, timings.retry_period);
         tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
         let tracker = LeaseTracker::new(sent, timings.renew_deadline);
         let held = Held { lease, key, token };
         let backend = KubeGrant::start(self.inner.leases.clone(), held, tracker.clone(), timings);
-        Ok(Grant::new(info, tracker, Box::new(backend)))
+        Ok(fencing_core::backend::grant(
+            info,
+            tracker,
+            Box::new(backend),
+        ))
     }
 }
 
 #[async_trait]
-impl FencingSource for KubeLeaseSource {
+impl RawSource for KubeLeaseSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity
     }
@@ -361,6 +362,6 @@ impl FencingSource for KubeLeaseSource {
         };
         Ok(LeaseView::of(&lease)
             .holder_token()?
-            .map(|(holder, token)| HolderInfo { holder, token }))
+            .map(|(holder, token)| HolderInfo::new(holder, token)))
     }
 }

@@ -31,18 +31,14 @@ impl PgGate {
 
 #[async_trait]
 impl Gate for PgGate {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.table.admit(&*self.client, resource, token).await
-    }
-
-    async fn admit_from(
+    async fn admit_with(
         &self,
         resource: &ResourceName,
-        source: &SourceId,
+        source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
         self.table
-            .admit_from(&*self.client, resource, source, token)
+            .admit_with(&*self.client, resource, source, token)
             .await
     }
 

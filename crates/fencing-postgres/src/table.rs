@@ -2,7 +2,7 @@
 //! caller's transaction.
 
 use fencing_core::backend::next_mark;
-use fencing_core::{Error, FencingToken, Mark, ResourceName, Result, SourceId};
+use fencing_core::{Error, FencingToken, GrantInfo, Mark, ResourceName, Result, SourceId};
 use tokio_postgres::GenericClient;
 
 use crate::ident::Ident;
@@ -12,7 +12,7 @@ use crate::ident::Ident;
 /// is `NULL` for a mark set by the unbound form, or made before marks had
 /// sources).
 ///
-/// [`admit_from`](Self::admit_from) and [`admit`](Self::admit) are one
+/// [`admit_from`](Self::admit_from) and [`admit_any_source`](Self::admit_any_source) are one
 /// statement each: an upsert that raises the mark only when the token is not
 /// lower and its source matches the mark's (the rules of
 /// [`Gate`](fencing_core::Gate)), and returns the row it left, which names
@@ -88,22 +88,31 @@ impl FenceTable {
         source: &SourceId,
         token: FencingToken,
     ) -> Result<()> {
-        self.upsert(client, resource, Some(source), token).await
+        self.admit_with(client, resource, Some(source), token).await
+    }
+
+    /// The bound form with the resource, source and token of a grant.
+    pub async fn admit_grant(&self, client: &impl GenericClient, grant: &GrantInfo) -> Result<()> {
+        self.admit_with(client, &grant.resource, Some(&grant.source), grant.token)
+            .await
     }
 
     /// The unbound form, for a database whose writers all hold tokens of
-    /// one source: raises the mark or fails with [`Error::Stale`]; refused
-    /// with [`Error::UnnamedSource`] once a bound admit bound the mark.
-    pub async fn admit(
+    /// one source (it skips the source check): raises the mark or fails
+    /// with [`Error::Stale`]; refused with [`Error::UnnamedSource`] once a
+    /// bound admit bound the mark.
+    pub async fn admit_any_source(
         &self,
         client: &impl GenericClient,
         resource: &ResourceName,
         token: FencingToken,
     ) -> Result<()> {
-        self.upsert(client, resource, None, token).await
+        self.admit_with(client, resource, None, token).await
     }
 
-    async fn upsert(
+    /// Either form: bound with `source`, unbound without (as
+    /// [`Gate::admit_with`](fencing_core::Gate::admit_with)).
+    pub async fn admit_with(
         &self,
         client: &impl GenericClient,
         resource: &ResourceName,

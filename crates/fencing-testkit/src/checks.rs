@@ -299,8 +299,8 @@ pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
     assert_eq!(b.source.holder(&r).await.expect("holder"), None);
 }
 
-/// `lock` and `lock_for` take a name: a name off the portable rule is
-/// refused before any request, a held lock makes `lock_for` time out, and
+/// `lock` and `lock_within` take a name: a name off the portable rule is
+/// refused before any request, a held lock makes `lock_within` time out, and
 /// a free one is granted with a higher token.
 pub async fn lock_by_name(h: &dyn Harness) {
     let r = h.resource("by-name");
@@ -312,19 +312,19 @@ pub async fn lock_by_name(h: &dyn Harness) {
     let ga = a.source.lock(r.as_str()).await.expect("lock");
     match b
         .source
-        .lock_for(r.as_str(), Duration::from_millis(300))
+        .lock_within(r.as_str(), Duration::from_millis(300))
         .await
     {
         Err(Error::Timeout { .. }) => {}
-        other => panic!("lock_for of a held lock: {other:?}"),
+        other => panic!("lock_within of a held lock: {other:?}"),
     }
     let first = ga.token();
     ga.release().await.expect("release");
     let gb = b
         .source
-        .lock_for(r.as_str(), h.ttl() * 10)
+        .lock_within(r.as_str(), h.ttl() * 10)
         .await
-        .expect("lock_for after release");
+        .expect("lock_within after release");
     assert!(gb.token() > first, "{} after {first}", gb.token());
     gb.release().await.expect("release");
 }

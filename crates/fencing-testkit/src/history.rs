@@ -94,7 +94,7 @@ impl History {
         token: FencingToken,
     ) -> Result<(), Error> {
         let mut events = self.events.lock().await;
-        let verdict = gate.admit(resource, token).await;
+        let verdict = gate.admit_any_source(resource, token).await;
         let accepted = match &verdict {
             Ok(()) => true,
             Err(Error::Stale { .. }) => false,

@@ -3,9 +3,7 @@
 
 use async_trait::async_trait;
 use fencing_core::backend::{check_source, check_token};
-use fencing_core::{
-    Error, FencingSource, FencingToken, Gate, Grant, ResourceName, Result, SourceId,
-};
+use fencing_core::{Error, FencingToken, Gate, ResourceName, Result, SourceId};
 use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
 use crate::config::check_path;
@@ -23,9 +21,10 @@ const MAX_RACES: usize = 32;
 ///
 /// Get one from [`ZkSource::gate`](crate::ZkSource::gate). Its marks are
 /// bound to that ensemble's source id: use the bound form,
-/// [`admit_from`](Gate::admit_from) or [`admit_grant`](Self::admit_grant),
-/// which refuse a token of any other source with
-/// [`Error::ForeignSource`]. The unbound [`admit`](Gate::admit) takes the
+/// [`admit_grant`](Gate::admit_grant) (with `grant.info()`) or
+/// [`admit_from`](Gate::admit_from), which refuse a token of any other
+/// source with [`Error::ForeignSource`]. The unbound
+/// [`admit_any_source`](Gate::admit_any_source) takes the
 /// token to be this ensemble's.
 ///
 /// Each call runs on the source's current default session, so a gate
@@ -43,18 +42,11 @@ impl ZkGate {
     pub(crate) fn new(sessions: ZkSource, path: String, acls: Acls<'static>) -> Result<Self> {
         check_path(&path)?;
         Ok(ZkGate {
-            source: sessions.identity().clone(),
+            source: fencing_core::FencingSource::identity(&sessions).clone(),
             sessions,
             path,
             acls,
         })
-    }
-
-    /// Admits the grant's token after checking that this ensemble minted it:
-    /// [`Gate::admit_from`] with the grant's resource, source and token
-    /// (also reachable as [`Gate::admit_grant`] with `grant.info()`).
-    pub async fn admit_grant(&self, grant: &Grant) -> Result<()> {
-        Gate::admit_from(self, grant.resource(), grant.source(), grant.token()).await
     }
 
     fn node(&self, resource: &ResourceName) -> Result<String> {
@@ -152,7 +144,19 @@ impl ZkGate {
 
 #[async_trait]
 impl Gate for ZkGate {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+    /// The marks live in the ensemble that mints the tokens, so they are
+    /// bound to it: a token named as another source's is refused with
+    /// [`Error::ForeignSource`] before anything is read or written; the
+    /// unbound form takes the token to be this ensemble's.
+    async fn admit_with(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()> {
+        if let Some(source) = source {
+            check_source(resource, Some(&self.source), Some(source))?;
+        }
         let node = self.node(resource)?;
         let zk = self.sessions.default_zk().await?;
         for _ in 0..MAX_RACES {
@@ -183,19 +187,6 @@ impl Gate for ZkGate {
             "ZooKeeper gate",
             format!("mark of {node:?} kept moving for {MAX_RACES} tries"),
         ))
-    }
-
-    /// The marks live in the ensemble that mints the tokens, so they are bound
-    /// to it: a token named as another source's is refused with
-    /// [`Error::ForeignSource`] before anything is read or written.
-    async fn admit_from(
-        &self,
-        resource: &ResourceName,
-        source: &SourceId,
-        token: FencingToken,
-    ) -> Result<()> {
-        check_source(resource, Some(&self.source), Some(source))?;
-        self.admit(resource, token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {

@@ -136,6 +136,7 @@ pub(crate) struct Session {
     pub(crate) timeout: Duration,
     group: Arc<LeaseGroup>,
     heartbeat: JoinHandle<()>,
+    dialer: Dialer,
 }
 
 impl Session {
@@ -149,7 +150,7 @@ impl Session {
         };
         let timeout = client.session_timeout();
         let group = Arc::new(LeaseGroup::new(sent, lease_ttl(timeout)));
-        let heartbeat = tokio::spawn(heartbeat(client.clone(), dialer, group.clone()));
+        let heartbeat = tokio::spawn(heartbeat(client.clone(), dialer.clone(), group.clone()));
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,
@@ -167,6 +168,7 @@ impl Session {
             timeout,
             group,
             heartbeat,
+            dialer,
         })
     }
 
@@ -185,6 +187,19 @@ impl Session {
     /// The session's own lease, which its grants follow.
     pub(crate) fn lease(&self) -> &LeaseTracker {
         self.group.lease()
+    }
+
+    /// Ends the session: its grants are lost (released) at once, and the
+    /// session is closed at the server, so its nodes go with it.
+    pub(crate) async fn close(&self) {
+        self.group.lose(LossReason::Released, "source closed");
+        let client = &self.zk.client;
+        close(
+            &self.dialer,
+            client.session().clone(),
+            client.state_watcher(),
+        )
+        .await;
     }
 }
 
@@ -378,6 +393,10 @@ async fn heartbeat(client: Client, dialer: Dialer, group: Arc<LeaseGroup>) {
             LossReason::SessionExpired,
             &format!("ZooKeeper session {state:?}"),
         );
+        return;
+    }
+    if group.lease().loss_reason() == Some(LossReason::Released) {
+        // Closed by its source, which closes it at the server too.
         return;
     }
     group.lose(

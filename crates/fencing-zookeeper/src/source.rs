@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_core::backend::{ensure_same_source, release_until_lost, GrantBackend};
+use fencing_core::backend::{
+    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource,
+};
 use fencing_core::{
-    default_holder_identity, AcquireOptions, Error, FencingSource, Grant, GrantInfo, HolderInfo,
-    IfHeld, LossReason, ResourceName, Result, SourceId,
+    default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LossReason,
+    ResourceName, Result, SourceId,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
@@ -103,8 +105,9 @@ impl ZkSource {
         Ok(self.default_zk().await?.client)
     }
 
-    /// A gate whose high-water marks live in znodes under `path`.
-    pub async fn gate(&self, path: impl Into<String>) -> Result<ZkGate> {
+    /// A gate whose high-water marks live in znodes under `path`. It runs
+    /// on this source's sessions; a bad `path` is [`Error::Config`].
+    pub fn gate(&self, path: impl Into<String>) -> Result<ZkGate> {
         ZkGate::new(self.clone(), path.into(), self.acls())
     }
 
@@ -155,6 +158,17 @@ impl ZkSource {
             }
             Err(e) => Err(zk.error("guarded multi", e.into())),
         }
+    }
+
+    /// Closes this source's sessions at the server and waits for it: every
+    /// grant it holds is lost ([`LossReason::Released`]) and its nodes go.
+    /// The source opens new sessions if used again.
+    async fn close_sessions(&self) -> Result<()> {
+        let sessions: Vec<_> = self.inner.sessions.lock().await.drain().collect();
+        for (_, session) in sessions {
+            session.close().await;
+        }
+        Ok(())
     }
 
     /// How many ZooKeeper sessions this source has open (one per lease
@@ -239,17 +253,12 @@ impl ZkSource {
             node.token,
             tracker.clone(),
         ));
-        let info = GrantInfo {
-            token: node.token,
-            resource: resource.clone(),
-            holder,
-            source: self.inner.identity.clone(),
-            key: node.path.clone(),
-            ttl: session.timeout,
-            renew_interval: session.timeout / 6,
-        };
+        let info = GrantInfo::new(node.token, resource.clone(), self.inner.identity.clone())
+            .with_holder(holder)
+            .with_key(node.path.clone())
+            .with_lease(session.timeout, session.timeout / 6);
         tracing::debug!(%resource, token = %node.token, "ZooKeeper grant");
-        Grant::new(
+        fencing_core::backend::grant(
             info,
             tracker,
             Box::new(ZkGrant {
@@ -337,7 +346,7 @@ impl GrantBackend for ZkGrant {
 }
 
 #[async_trait]
-impl FencingSource for ZkSource {
+impl RawSource for ZkSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity
     }
@@ -389,12 +398,16 @@ impl FencingSource for ZkSource {
             .is_some_and(|czxid| czxid as u64 == grant.token().get()))
     }
 
+    async fn close(&self) -> Result<()> {
+        self.close_sessions().await
+    }
+
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
         lock::check_resource(resource)?;
         let session = self.session(self.inner.cfg.session_timeout).await?;
         let dir = lock::lock_dir(&self.inner.cfg.path, resource);
         Ok(lock::owner(&session.zk, &dir)
             .await?
-            .map(|(holder, token)| HolderInfo { holder, token }))
+            .map(|(holder, token)| HolderInfo::new(holder, token)))
     }
 }

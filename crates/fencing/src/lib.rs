@@ -38,8 +38,8 @@ mod url;
 pub use fencing_core as core;
 
 pub use fencing_core::{
-    default_holder_identity, fenced, AcquireOptions, BoxError, Error, FencingSource, FencingToken,
-    Gate, Grant, GrantInfo, HolderInfo, IfHeld, LeaderTimings, LeaseView, LossReason, Mark,
+    default_holder_identity, fenced, AcquireOptions, BoxError, Error, Fenced, FencingSource,
+    FencingToken, Gate, Grant, GrantInfo, HolderInfo, LeaderTimings, LeaseView, LossReason, Mark,
     MemoryGate, ResourceName, Result, SourceId, ValidatingGate, DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN, PORTABLE_RULE,
 };

@@ -246,7 +246,7 @@ impl Writer<'_> {
                     _ if self.quiet => {}
                     1 => {
                         if let (Some((name, _)), Some(gate)) = (self.gate, &cluster_gate) {
-                            let write = gate.admit(self.resource, token);
+                            let write = gate.admit_any_source(self.resource, token);
                             self.write_through(name, token, write).await;
                         }
                     }

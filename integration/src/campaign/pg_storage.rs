@@ -133,7 +133,7 @@ impl PgStore {
     ) -> fencing::Result<()> {
         let tx = pg.transaction().await.map_err(pg_error)?;
         self.marks
-            .admit(&tx, &ResourceName::new(resource)?, token)
+            .admit_any_source(&tx, &ResourceName::new(resource)?, token)
             .await?;
         let update = format!("UPDATE {LEDGER} SET value = $2, token = $3 WHERE resource = $1");
         let rows = tx

@@ -48,6 +48,6 @@ async fn etcd_gate_refuses_another_sources_token() {
 async fn zk_gate_refuses_another_sources_token() {
     let f = ZkFixture::start(ZkVersion::V3_8).await;
     let source = f.source().await;
-    let gate = source.gate("/fencing-test-gate").await.unwrap();
+    let gate = source.gate("/fencing-test-gate").unwrap();
     refuses_a_foreign_token(&gate, &source).await;
 }

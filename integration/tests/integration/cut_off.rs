@@ -40,7 +40,7 @@ pub struct Sessions {
 async fn open(url: &str) -> (Box<dyn FencingSource>, Box<dyn Gate>) {
     if url.starts_with("zk://") {
         let source = ZkSource::from_url(url).await.expect("client connects");
-        let gate = source.gate("/gates").await.unwrap();
+        let gate = source.gate("/gates").unwrap();
         (Box::new(source), Box::new(gate))
     } else {
         let source = EtcdSource::from_url(url).await.expect("client connects");
@@ -72,7 +72,7 @@ async fn clients(
         .await
         .expect("A acquires");
     gate_a
-        .admit(&lock, held.token())
+        .admit_any_source(&lock, held.token())
         .await
         .expect("A's first write");
     let waiting = tokio::spawn(async move {
@@ -110,10 +110,10 @@ async fn clients(
     let lock = grant_b.resource().clone();
     let writes = async {
         gate_b
-            .admit(&lock, grant_b.token())
+            .admit_any_source(&lock, grant_b.token())
             .await
             .expect("B's write through the majority");
-        let a_write = gate_a.admit(&lock, held.token());
+        let a_write = gate_a.admit_any_source(&lock, held.token());
         match tokio::time::timeout(Duration::from_secs(3), a_write).await {
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err("timed out".into()),

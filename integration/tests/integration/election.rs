@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing::election::{ElectionConfig, Leader, LeaderElector, Observer};
-use fencing::{Error, FencingSource, FencingToken, Gate, MemoryGate, ResourceName};
+use fencing::{Error, FencingSource, FencingToken, Gate, HolderInfo, MemoryGate, ResourceName};
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::etcd::fixture::EtcdFixture;
 use fencing_integration::kubernetes::cluster::KubeUser;
@@ -207,7 +207,9 @@ async fn killed_leader_is_replaced(backend: Backend) {
     let doomed_token = doomed.elected().await;
     assert!(doomed_token > polite_token);
     let gate = MemoryGate::new();
-    gate.admit(&election(), doomed_token).await.unwrap();
+    gate.admit_any_source(&election(), doomed_token)
+        .await
+        .unwrap();
 
     let successor = backend.candidate("successor").await;
     let waiting = tokio::spawn(async move {
@@ -234,8 +236,10 @@ async fn killed_leader_is_replaced(backend: Backend) {
         "failover took {failover:?}"
     );
     // The dead leader's term is fenced off once the successor wrote.
-    gate.admit(&election(), term.token()).await.unwrap();
-    let late = gate.admit(&election(), doomed_token).await;
+    gate.admit_any_source(&election(), term.token())
+        .await
+        .unwrap();
+    let late = gate.admit_any_source(&election(), doomed_token).await;
     assert!(matches!(late, Err(Error::Stale { .. })), "{late:?}");
     term.resign().await.unwrap();
 }
@@ -350,10 +354,7 @@ async fn follower_observes_each_leader(backend: Backend) {
         let seen = next(&mut observer).await;
         assert_eq!(
             seen,
-            Some(Leader {
-                identity: name.into(),
-                token: term.token()
-            })
+            Some(Leader::from(HolderInfo::new(name, term.token())))
         );
         term.resign().await.unwrap();
         assert_eq!(next(&mut observer).await, None);

@@ -128,7 +128,7 @@ async fn apply(
     let mut state = state.lock().await;
     let verdict = match &state.gate {
         None => Ok(()),
-        Some(gate) => gate.admit(&resource, token).await,
+        Some(gate) => gate.admit_any_source(&resource, token).await,
     };
     let reply = match verdict {
         Ok(()) => {

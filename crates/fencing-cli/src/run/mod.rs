@@ -138,13 +138,14 @@ async fn acquire(args: &RunArgs, signals: &mut Signals) -> Result<Grant> {
     let (Some(url), Some(name)) = (args.source.as_deref(), args.lock.as_deref()) else {
         return Err(Failure::usage("--source and --lock are required"));
     };
+    // Everything that can be checked offline is refused before connecting.
+    let lock = source_arg::resource("--lock", name)?;
     if let (Some(ttl), Some(grace)) = (args.ttl, args.grace) {
-        // Refused before connecting: the window can only be shorter.
+        // The window can only be shorter once connected.
         let lease = format!("a {ttl:?} lease");
         Timing::new(rule::window_for_ttl(ttl), Some(grace), &lease)?;
     }
     let source = signals.interruptible(source_arg::open(url)).await??;
-    let lock = source_arg::resource("--lock", name)?;
     let mut options = AcquireOptions::new();
     options.ttl = args.ttl;
     options.timeout = args.wait;

@@ -96,34 +96,6 @@ impl FileGate {
     pub fn mark(&self, resource: &ResourceName) -> Option<Mark> {
         self.inner.lock().get(resource).cloned()
     }
-
-    async fn admit_with(
-        &self,
-        resource: &ResourceName,
-        source: Option<&SourceId>,
-        token: FencingToken,
-    ) -> Result<()> {
-        if let Some(s) = source.filter(|s| s.as_str().len() > MAX_SOURCE_LEN) {
-            return Err(Error::Config(format!(
-                "a file gate stores source ids of at most {MAX_SOURCE_LEN} bytes, not {}",
-                s.as_str().len()
-            )));
-        }
-        // A retry at the mark or a refusal changes nothing on disk: decide it
-        // here, without a blocking thread (about 25 µs). The marks in memory
-        // are the file's (published only once written, and no other process
-        // writes the file); while a raise is being written the lock is busy,
-        // and the decision waits for it on the blocking thread instead.
-        if let Ok(marks) = self.inner.marks.try_lock() {
-            if next_mark(resource, marks.get(resource), source, token)?.is_none() {
-                return Ok(());
-            }
-        }
-        let (inner, resource, source) = (self.inner.clone(), resource.clone(), source.cloned());
-        tokio::task::spawn_blocking(move || inner.admit_blocking(&resource, source.as_ref(), token))
-            .await
-            .map_err(|e| Error::backend("file gate writer task", e))?
-    }
 }
 
 impl Inner {
@@ -153,17 +125,32 @@ impl Inner {
 
 #[async_trait]
 impl Gate for FileGate {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.admit_with(resource, None, token).await
-    }
-
-    async fn admit_from(
+    async fn admit_with(
         &self,
         resource: &ResourceName,
-        source: &SourceId,
+        source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        self.admit_with(resource, Some(source), token).await
+        if let Some(s) = source.filter(|s| s.as_str().len() > MAX_SOURCE_LEN) {
+            return Err(Error::Config(format!(
+                "a file gate stores source ids of at most {MAX_SOURCE_LEN} bytes, not {}",
+                s.as_str().len()
+            )));
+        }
+        // A retry at the mark or a refusal changes nothing on disk: decide it
+        // here, without a blocking thread (about 25 µs). The marks in memory
+        // are the file's (published only once written, and no other process
+        // writes the file); while a raise is being written the lock is busy,
+        // and the decision waits for it on the blocking thread instead.
+        if let Ok(marks) = self.inner.marks.try_lock() {
+            if next_mark(resource, marks.get(resource), source, token)?.is_none() {
+                return Ok(());
+            }
+        }
+        let (inner, resource, source) = (self.inner.clone(), resource.clone(), source.cloned());
+        tokio::task::spawn_blocking(move || inner.admit_blocking(&resource, source.as_ref(), token))
+            .await
+            .map_err(|e| Error::backend("file gate writer task", e))?
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
@@ -267,9 +254,15 @@ mod tests {
         let path = dir.path().join("g");
         {
             let g = FileGate::open(&path).unwrap();
-            g.admit(&r("a"), FencingToken::new(3)).await.unwrap();
-            g.admit(&r("b"), FencingToken::new(10)).await.unwrap();
-            g.admit(&r("a"), FencingToken::new(4)).await.unwrap();
+            g.admit_any_source(&r("a"), FencingToken::new(3))
+                .await
+                .unwrap();
+            g.admit_any_source(&r("b"), FencingToken::new(10))
+                .await
+                .unwrap();
+            g.admit_any_source(&r("a"), FencingToken::new(4))
+                .await
+                .unwrap();
         }
         let g = FileGate::open(&path).unwrap();
         assert_eq!(
@@ -277,10 +270,12 @@ mod tests {
             Some(FencingToken::new(4))
         );
         assert!(matches!(
-            g.admit(&r("b"), FencingToken::new(9)).await,
+            g.admit_any_source(&r("b"), FencingToken::new(9)).await,
             Err(Error::Stale { .. })
         ));
-        g.admit(&r("b"), FencingToken::new(10)).await.unwrap();
+        g.admit_any_source(&r("b"), FencingToken::new(10))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
@@ -297,7 +292,9 @@ mod tests {
         let path = dir.path().join("g");
         {
             let g = FileGate::open(&path).unwrap();
-            g.admit(&r("a"), FencingToken::new(3)).await.unwrap();
+            g.admit_any_source(&r("a"), FencingToken::new(3))
+                .await
+                .unwrap();
         }
         let good = std::fs::read(&path).unwrap();
         let damaged: Vec<Vec<u8>> = vec![
@@ -386,12 +383,14 @@ mod tests {
                 Some(FencingToken::new(7))
             );
             assert!(matches!(
-                g.admit(&r("x"), FencingToken::new(6)).await,
+                g.admit_any_source(&r("x"), FencingToken::new(6)).await,
                 Err(Error::Stale { .. })
             ));
             // The marks are unbound: the unbound form still works, and the
             // first bound admit binds the mark.
-            g.admit(&r("y"), FencingToken::new(4)).await.unwrap();
+            g.admit_any_source(&r("y"), FencingToken::new(4))
+                .await
+                .unwrap();
             g.admit_from(&r("x"), &a, FencingToken::new(7))
                 .await
                 .unwrap();

@@ -84,9 +84,9 @@ impl MemoryGate {
         Self::default()
     }
 
-    /// The synchronous form of [`Gate::admit`], for hot paths.
+    /// The synchronous form of [`Gate::admit_any_source`], for hot paths.
     pub fn admit_now(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.admit_with(resource, None, token)
+        self.admit_sync(resource, None, token)
     }
 
     /// The synchronous form of [`Gate::admit_from`], for hot paths.
@@ -96,7 +96,7 @@ impl MemoryGate {
         source: &SourceId,
         token: FencingToken,
     ) -> Result<()> {
-        self.admit_with(resource, Some(source), token)
+        self.admit_sync(resource, Some(source), token)
     }
 
     /// The synchronous form of [`Gate::high_water`].
@@ -114,7 +114,7 @@ impl MemoryGate {
         self.read().get(resource)?.source.get().cloned()
     }
 
-    fn admit_with(
+    fn admit_sync(
         &self,
         resource: &ResourceName,
         source: Option<&SourceId>,
@@ -158,17 +158,13 @@ fn raise(mark: &AtomicU64, token: FencingToken) -> Result<()> {
 
 #[async_trait]
 impl Gate for MemoryGate {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.admit_now(resource, token)
-    }
-
-    async fn admit_from(
+    async fn admit_with(
         &self,
         resource: &ResourceName,
-        source: &SourceId,
+        source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        self.admit_from_now(resource, source, token)
+        self.admit_sync(resource, source, token)
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
@@ -218,7 +214,7 @@ mod tests {
         // Still bound to a: its tokens pass, a token naming no source does not.
         g.admit_from(&r, &a, FencingToken::new(6)).await.unwrap();
         assert!(matches!(
-            g.admit(&r, FencingToken::new(7)).await,
+            g.admit_any_source(&r, FencingToken::new(7)).await,
             Err(Error::UnnamedSource { .. })
         ));
         assert_eq!(g.high_water_now(&r), Some(FencingToken::new(6)));

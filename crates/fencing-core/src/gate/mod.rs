@@ -27,15 +27,22 @@ use crate::token::FencingToken;
 /// backup), so a gate that mixed them could admit a stale write, or raise a
 /// mark so high that the real holder is refused forever.
 ///
-/// - [`admit_from`](Self::admit_from) (and [`admit_grant`](Self::admit_grant))
-///   is the **bound** form, the one to use: it refuses a token of another
-///   source than the mark's with [`Error::ForeignSource`], then applies the
-///   token rule below. The first bound admit of a resource binds its mark.
-/// - [`admit`](Self::admit) is the **unbound** form, for a store that only
-///   ever sees one source and whose writers do not send a source. It applies
-///   the token rule alone while the mark is unbound, and refuses with
+/// - [`admit_grant`](Self::admit_grant) (and [`admit_from`](Self::admit_from),
+///   which takes the three parts apart) is the **bound** form, the one to
+///   use: it refuses a token of another source than the mark's with
+///   [`Error::ForeignSource`], then applies the token rule below. The first
+///   bound admit of a resource binds its mark.
+/// - [`admit_any_source`](Self::admit_any_source) is the **unbound** form,
+///   for a store that only ever sees one source and whose writers do not
+///   send a source: it skips the source check. It applies the token rule
+///   alone while the mark is unbound, and refuses with
 ///   [`Error::UnnamedSource`] once a bound admit has bound the mark (it
 ///   cannot tell whether the token came from that source).
+///
+/// A gate implements one method, [`admit_with`](Self::admit_with) (the
+/// source as an `Option`), and [`high_water`](Self::high_water); the three
+/// forms above are provided. [`check_token`], [`check_source`] and
+/// [`next_mark`] are the rules, for implementations to share.
 ///
 /// The token rule: a token greater than or equal to the resource's mark is
 /// accepted and raises the mark to it, atomically; a lower token is refused
@@ -76,30 +83,43 @@ use crate::token::FencingToken;
 /// ```
 #[async_trait]
 pub trait Gate: Send + Sync {
-    /// The unbound form: accepts `token` if it is not lower than the mark,
-    /// raising the mark; otherwise returns [`Error::Stale`] naming both
-    /// tokens. Refused with [`Error::UnnamedSource`] when the mark is bound
-    /// to a source. Use it only where every writer's token comes from one
-    /// source; prefer [`admit_from`](Self::admit_from).
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()>;
+    /// What every form comes down to: with `source`, the bound form (a
+    /// token of another source than the mark's is refused with
+    /// [`Error::ForeignSource`], the mark unchanged, and an admitted token
+    /// binds an unbound mark to `source`); without, the unbound form
+    /// (refused with [`Error::UnnamedSource`] once the mark is bound). Then
+    /// the token rule: not lower than the mark passes and raises it, lower
+    /// is [`Error::Stale`] naming both tokens.
+    async fn admit_with(
+        &self,
+        resource: &ResourceName,
+        source: Option<&SourceId>,
+        token: FencingToken,
+    ) -> Result<()>;
 
-    /// The bound form: refuses a token of another source than the one the
-    /// mark is bound to with [`Error::ForeignSource`] (the mark unchanged),
-    /// then applies the token rule of [`admit`](Self::admit). An admitted
-    /// token binds an unbound mark to `source`.
+    /// The bound form with the resource, source and token of a grant
+    /// (`grant.info()`, or the [`GrantInfo`] that [`fenced`](crate::fenced)
+    /// and a leader's context hand their work): the call to use.
+    async fn admit_grant(&self, grant: &GrantInfo) -> Result<()> {
+        self.admit_with(&grant.resource, Some(&grant.source), grant.token)
+            .await
+    }
+
+    /// The bound form, from its parts (a token that came over the wire
+    /// with its source id).
     async fn admit_from(
         &self,
         resource: &ResourceName,
         source: &SourceId,
         token: FencingToken,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.admit_with(resource, Some(source), token).await
+    }
 
-    /// [`admit_from`](Self::admit_from) with the resource, source and token
-    /// of a grant (`grant.info()`, or the [`GrantInfo`] that
-    /// [`fenced`](crate::fenced) hands its work).
-    async fn admit_grant(&self, grant: &GrantInfo) -> Result<()> {
-        self.admit_from(&grant.resource, &grant.source, grant.token)
-            .await
+    /// The unbound form: the token rule alone, skipping the source check.
+    /// Use it only where every writer's token comes from one source.
+    async fn admit_any_source(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+        self.admit_with(resource, None, token).await
     }
 
     /// The high-water mark of a resource, `None` before its first admit.

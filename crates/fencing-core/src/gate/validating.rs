@@ -118,20 +118,17 @@ impl<G: fmt::Debug> fmt::Debug for ValidatingGate<G> {
 
 #[async_trait]
 impl<G: Gate> Gate for ValidatingGate<G> {
-    async fn admit(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.check_raise(resource, token).await?;
-        self.inner.admit(resource, token).await
-    }
-
-    async fn admit_from(
+    async fn admit_with(
         &self,
         resource: &ResourceName,
-        source: &SourceId,
+        source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        check_source(resource, Some(self.source.identity()), Some(source))?;
+        if let Some(source) = source {
+            check_source(resource, Some(self.source.identity()), Some(source))?;
+        }
         self.check_raise(resource, token).await?;
-        self.inner.admit_from(resource, source, token).await
+        self.inner.admit_with(resource, source, token).await
     }
 
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
@@ -147,7 +144,7 @@ mod tests {
     use crate::error::Error;
     use crate::gate::MemoryGate;
     use crate::grant::{Grant, HolderInfo};
-    use crate::source::{AcquireOptions, IfHeld};
+    use crate::source::{AcquireOptions, IfHeld, RawSource};
     use crate::LocalSource;
 
     /// A LocalSource that counts the holder lookups the gate makes.
@@ -158,9 +155,9 @@ mod tests {
     }
 
     #[async_trait]
-    impl FencingSource for Counting {
+    impl RawSource for Counting {
         fn identity(&self) -> &SourceId {
-            self.local.identity()
+            RawSource::identity(&self.local)
         }
         async fn take(
             &self,
@@ -171,11 +168,11 @@ mod tests {
             self.local.take(r, o, if_held).await
         }
         async fn validate(&self, grant: &Grant) -> Result<bool> {
-            self.local.validate(grant).await
+            RawSource::validate(&self.local, grant).await
         }
         async fn holder(&self, r: &ResourceName) -> Result<Option<HolderInfo>> {
             self.lookups.fetch_add(1, Ordering::SeqCst);
-            self.local.holder(r).await
+            RawSource::holder(&self.local, r).await
         }
     }
 
@@ -198,7 +195,7 @@ mod tests {
         let (_dir, source, gate) = setup();
         let grant = source.acquire(&r(), &AcquireOptions::new()).await.unwrap();
         gate.admit_grant(grant.info()).await.unwrap();
-        let id = source.identity().clone();
+        let id = RawSource::identity(&*source).clone();
         let forged = FencingToken::new(u64::MAX - 1);
         match gate.admit_from(&r(), &id, forged).await {
             Err(Error::UnknownToken { resource, token }) => {
@@ -207,7 +204,7 @@ mod tests {
             other => panic!("forged bound token: {other:?}"),
         }
         assert!(matches!(
-            gate.admit(&r(), forged).await,
+            gate.admit_any_source(&r(), forged).await,
             Err(Error::UnnamedSource { .. } | Error::UnknownToken { .. })
         ));
         assert_eq!(gate.high_water(&r()).await.unwrap(), Some(grant.token()));

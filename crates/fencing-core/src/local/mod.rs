@@ -16,7 +16,7 @@ use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
 use crate::lease::LeaseTracker;
 use crate::resource::ResourceName;
 use crate::source::{
-    default_holder_identity, ensure_same_source, AcquireOptions, FencingSource, IfHeld,
+    default_holder_identity, ensure_same_source, AcquireOptions, IfHeld, RawSource,
 };
 use store::{Store, TryGrant};
 
@@ -243,7 +243,7 @@ impl GrantBackend for LocalGrant {
 }
 
 #[async_trait]
-impl FencingSource for LocalSource {
+impl RawSource for LocalSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity
     }

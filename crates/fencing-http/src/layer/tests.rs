@@ -56,19 +56,16 @@ struct FailingGate;
 
 #[async_trait]
 impl Gate for FailingGate {
-    async fn admit(&self, _: &ResourceName, _: FencingToken) -> fencing_core::Result<()> {
+    async fn admit_with(
+        &self,
+        _: &ResourceName,
+        _: Option<&fencing_core::SourceId>,
+        _: FencingToken,
+    ) -> fencing_core::Result<()> {
         Err(Error::Corrupt {
             path: "/secret/gate".into(),
             reason: "disk on fire".into(),
         })
-    }
-    async fn admit_from(
-        &self,
-        r: &ResourceName,
-        _: &fencing_core::SourceId,
-        t: FencingToken,
-    ) -> fencing_core::Result<()> {
-        self.admit(r, t).await
     }
     async fn high_water(&self, _: &ResourceName) -> fencing_core::Result<Option<FencingToken>> {
         Ok(None)

@@ -66,7 +66,9 @@ async fn etcd(iterations: usize) -> Result<Vec<Row>, BoxError> {
         let (source, grant, mut raw) = (source_ref, grant_ref, raw.clone());
         async move {
             match kind {
-                "raise" | "equal" => bounded("etcd gate", gate.admit(marks, t)).await??,
+                "raise" | "equal" => {
+                    bounded("etcd gate", gate.admit_any_source(marks, t)).await??
+                }
                 "guarded" => {
                     let put = TxnOp::put("/gate-bench/value", value, None);
                     bounded("guarded txn", source.guarded_txn(grant, vec![put])).await??;
@@ -95,7 +97,7 @@ async fn zk(iterations: usize) -> Result<Vec<Row>, BoxError> {
     .await??;
     let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
     bounded("create", raw.create("/gate-bench-value", b"0", &options)).await??;
-    let gate = bounded("zk gate", source.gate("/gate-bench-marks")).await??;
+    let gate = source.gate("/gate-bench-marks")?;
     let (marks, lock) = (resource("marks"), resource("data"));
     let grant = bounded("acquire", source.acquire(&lock, &AcquireOptions::new())).await??;
     let (gate, marks, source_ref, grant_ref, raw) = (&gate, &marks, &source, &grant, &raw);
@@ -106,7 +108,7 @@ async fn zk(iterations: usize) -> Result<Vec<Row>, BoxError> {
         let (source, grant) = (source_ref, grant_ref);
         async move {
             match kind {
-                "raise" | "equal" => bounded("zk gate", gate.admit(marks, t)).await??,
+                "raise" | "equal" => bounded("zk gate", gate.admit_any_source(marks, t)).await??,
                 "guarded" => {
                     let set = |w: &mut zookeeper_client::MultiWriter<'_>| {
                         w.add_set_data("/gate-bench-value", value.as_bytes(), None)

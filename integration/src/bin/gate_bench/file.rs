@@ -22,7 +22,7 @@ pub async fn run(raises: u64, retries: u64) -> Res<Vec<String>> {
     let gate = FileGate::open(dir.path().join("bench.gate"))?;
     let r = ResourceName::new("bench")?;
     // Creates the file: the timed raises all rewrite an existing one.
-    gate.admit(&r, FencingToken::new(1)).await?;
+    gate.admit_any_source(&r, FencingToken::new(1)).await?;
     let raise = admits_per_s(&gate, &r, raises, |i| 2 + i).await?;
     let mark = 1 + raises;
     let retry = admits_per_s(&gate, &r, retries, |_| mark).await?;
@@ -48,7 +48,8 @@ async fn admits_per_s(
     let started = Instant::now();
     let admits = async {
         for i in 0..n {
-            gate.admit(r, FencingToken::new(token(i))).await?;
+            gate.admit_any_source(r, FencingToken::new(token(i)))
+                .await?;
         }
         Ok::<_, fencing::Error>(())
     };

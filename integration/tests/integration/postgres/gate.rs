@@ -126,7 +126,7 @@ async fn fence_table_in_the_writes_transaction() {
             for i in 0..WRITES {
                 let token = token_of(w, i);
                 let tx = client.transaction().await.unwrap();
-                match fences.admit(&tx, &doc, token).await {
+                match fences.admit_any_source(&tx, &doc, token).await {
                     Ok(()) => {
                         let mark = i64::try_from(token).unwrap();
                         tx.execute(
@@ -187,8 +187,8 @@ async fn marks_survive_restart_and_crash() {
         let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
             .await
             .unwrap();
-        gate.admit(&r, t(10)).await.unwrap();
-        gate.admit(&r, t(10))
+        gate.admit_any_source(&r, t(10)).await.unwrap();
+        gate.admit_any_source(&r, t(10))
             .await
             .expect("retry with the same token");
     }
@@ -196,11 +196,11 @@ async fn marks_survive_restart_and_crash() {
     let gate = PgGate::new(Arc::new(pg.client().await.unwrap()), "fencing_marks")
         .await
         .unwrap();
-    match gate.admit(&r, t(9)).await {
+    match gate.admit_any_source(&r, t(9)).await {
         Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(9), t(10))),
         other => panic!("after restart: {other:?}"),
     }
-    gate.admit(&r, t(11)).await.unwrap();
+    gate.admit_any_source(&r, t(11)).await.unwrap();
     drop(gate);
     pg.kill();
     pg.restart().await.unwrap();
@@ -213,7 +213,7 @@ async fn marks_survive_restart_and_crash() {
         "a committed mark was lost in the crash"
     );
     assert!(matches!(
-        gate.admit(&r, t(10)).await,
+        gate.admit_any_source(&r, t(10)).await,
         Err(Error::Stale { .. })
     ));
 }
@@ -421,7 +421,7 @@ async fn pg_gate_refuses_another_sources_token() {
     gate.admit_from(&r, &a, t(5)).await.expect("a retry of a");
     gate.admit_from(&r, &a, t(6)).await.unwrap();
     assert!(matches!(
-        gate.admit(&r, t(7)).await,
+        gate.admit_any_source(&r, t(7)).await,
         Err(Error::UnnamedSource { .. })
     ));
     match gate.admit_from(&r, &a, t(3)).await {
@@ -431,7 +431,7 @@ async fn pg_gate_refuses_another_sources_token() {
     assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(6)));
 
     let old = ResourceName::new("old").unwrap();
-    gate.admit(&old, t(4))
+    gate.admit_any_source(&old, t(4))
         .await
         .expect("an unbound mark takes the unbound form");
     gate.admit_from(&old, &b, t(5)).await.unwrap();

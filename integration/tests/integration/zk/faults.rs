@@ -62,7 +62,7 @@ async fn frozen_holder_process_is_fenced(version: ZkVersion) {
         f.name
     );
     let b = f.source().await;
-    let gate = b.gate("/fencing-test/gate").await.unwrap();
+    let gate = b.gate("/fencing-test/gate").unwrap();
     let holder = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
     fencing_integration::frozen::frozen_holder_is_fenced(holder, &url, &b, &gate).await;
 }
@@ -142,7 +142,7 @@ async fn foreign_ensemble_is_refused(version: ZkVersion) {
         ZkFixture::start_with(version, 1).await,
     );
     let (sx, sy) = (x.source().await, y.source().await);
-    let gate = sy.gate("/fencing-test/gate").await.unwrap();
+    let gate = sy.gate("/fencing-test/gate").unwrap();
     scenarios::foreign_grant_is_refused(&sx, &sy, &gate, Duration::from_secs(2)).await;
 }
 
@@ -364,7 +364,7 @@ async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
 /// timeout, and the holder's gate (made before) must admit that client's
 /// token and refuse the holder's.
 async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
-    use fencing::LossReason;
+    use fencing::{Gate, LossReason};
     use fencing_integration::member::MemberCluster;
     let session = Duration::from_secs(4);
     let f = ZkFixture::start_options(ZkOptions::new(version, 3).sync_limit(30)).await;
@@ -375,9 +375,9 @@ async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
     let a = ZkSource::connect(f.config(followers.collect()).session_timeout(session))
         .await
         .unwrap();
-    let gate = a.gate("/fencing-test/marks").await.unwrap();
+    let gate = a.gate("/fencing-test/marks").unwrap();
     let held = a.acquire(&r("stall"), &opts(session)).await.unwrap();
-    gate.admit_grant(&held).await.unwrap();
+    gate.admit_grant(held.info()).await.unwrap();
 
     f.ensemble.pause(leader);
     let lost = tokio::time::timeout(session, held.lost()).await;
@@ -394,14 +394,40 @@ async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
         .await
         .expect("another client is granted within one session timeout of the loss");
     assert!(next.token() > held.token());
-    gate.admit_grant(&next)
+    gate.admit_grant(next.info())
         .await
         .expect("the gate admits again after its session ended");
     assert!(matches!(
-        gate.admit_grant(&held).await,
+        gate.admit_grant(held.info()).await,
         Err(Error::Stale { .. })
     ));
     held.release().await.unwrap();
+    next.release().await.unwrap();
+}
+
+/// `close()` ends the source's sessions at the server and waits: its
+/// grant is lost at once (released) and another client is granted without
+/// waiting for a session timeout (30 s here).
+async fn close_ends_the_sessions_and_frees_the_locks(version: ZkVersion) {
+    let f = ZkFixture::start(version).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let held = a
+        .acquire(&r("closed"), &opts(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    a.close().await.unwrap();
+    assert_eq!(
+        held.lease().loss_reason(),
+        Some(fencing::LossReason::Released)
+    );
+    let next = b
+        .acquire(
+            &r("closed"),
+            &AcquireOptions::new().timeout(Duration::from_secs(3)),
+        )
+        .await
+        .expect("granted at once, not after the closed session's 30 s timeout");
+    assert!(next.token() > held.token());
     next.release().await.unwrap();
 }
 
@@ -527,6 +553,7 @@ fencing_integration::version_tests!(
     [
         silent_servers_before_a_live_one_are_skipped,
         release_during_a_blip_still_releases,
-        a_lease_lost_to_a_stalled_leader_frees_the_lock
+        a_lease_lost_to_a_stalled_leader_frees_the_lock,
+        close_ends_the_sessions_and_frees_the_locks
     ]
 );
