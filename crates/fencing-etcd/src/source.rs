@@ -23,7 +23,7 @@ use crate::lock::{self, Incarnation, LockKeys};
 use crate::session::Session;
 use crate::watches::{WatchGuard, Watches};
 
-/// A [`FencingSource`] backed by an etcd v3 cluster (3.4 or newer).
+/// A [`FencingSource`](fencing_core::FencingSource) backed by an etcd v3 cluster (3.4 or newer).
 ///
 /// Locks use the key layout of Go's `concurrency.Mutex`, so Go and Rust
 /// processes can contend on the same lock; the fencing token is the create

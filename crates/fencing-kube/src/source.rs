@@ -25,7 +25,7 @@ use crate::record::{
 };
 use crate::session::{Held, KubeGrant};
 
-/// A [`FencingSource`] whose locks are Kubernetes Leases, compatible with
+/// A [`FencingSource`](fencing_core::FencingSource) whose locks are Kubernetes Leases, compatible with
 /// client-go's `leaderelection` with a `LeaseLock`.
 ///
 /// One Lease per resource, named after it (a DNS-1123 subdomain). The

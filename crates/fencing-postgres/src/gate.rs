@@ -12,7 +12,7 @@ use crate::table::FenceTable;
 /// [`PgGate::new`] adds the `source` column to a table made by an older
 /// version.
 /// Durable and shared by every process that uses the table. When the guarded
-/// data is in the same database, prefer [`FenceTable::admit`] inside the
+/// data is in the same database, prefer [`FenceTable::admit_grant`] inside the
 /// write's transaction.
 #[derive(Clone)]
 pub struct PgGate {

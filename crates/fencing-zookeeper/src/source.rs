@@ -22,7 +22,7 @@ use crate::gate::ZkGate;
 use crate::lock::{self, MyNode};
 use crate::session::{Session, Zk};
 
-/// A [`FencingSource`] backed by a ZooKeeper ensemble (3.5 or newer; tested
+/// A [`FencingSource`](fencing_core::FencingSource) backed by a ZooKeeper ensemble (3.5 or newer; tested
 /// on 3.8 and 3.9).
 ///
 /// Locks use the node layout of Curator's `InterProcessMutex`, so Java and

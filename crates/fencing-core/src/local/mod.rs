@@ -30,7 +30,7 @@ pub const MIN_LOCAL_TTL: Duration = Duration::from_millis(300);
 /// Longest pause between two attempts while waiting for a held resource.
 const MAX_POLL: Duration = Duration::from_millis(50);
 
-/// A [`FencingSource`] kept in a local directory, for development, tests and
+/// A [`FencingSource`](crate::FencingSource) kept in a local directory, for development, tests and
 /// one-node deployments.
 ///
 /// Several processes on **one host** can share a directory: every operation
