@@ -158,9 +158,31 @@ impl Gate for ZkGate {
             check_source(resource, Some(&self.source), Some(source))?;
         }
         let node = self.node(resource)?;
-        let zk = self.sessions.default_zk().await?;
+        self.sessions
+            .on_default_session(|zk| self.admit_on(zk, &node, token))
+            .await
+    }
+
+    async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+        let node = self.node(resource)?;
+        let mark = self
+            .sessions
+            .on_default_session(|zk| {
+                let node = node.clone();
+                async move { self.read(&zk, &node).await }
+            })
+            .await?;
+        Ok(mark.map(|(mark, _)| mark))
+    }
+}
+
+impl ZkGate {
+    /// One admit on `zk`'s session: the token rule against the mark, and a
+    /// raise when it is higher.
+    async fn admit_on(&self, zk: Zk, node: &str, token: FencingToken) -> Result<()> {
+        let zk = &zk;
         for _ in 0..MAX_RACES {
-            let current = self.read(&zk, &node).await?;
+            let current = self.read(zk, node).await?;
             if let Some((mark, version)) = current {
                 if mark == token {
                     // Equal to the mark as read. A read is answered by one
@@ -168,7 +190,7 @@ impl Gate for ZkGate {
                     // still answer): admit only if a check of the mark's
                     // version, which the leader orders after every raise,
                     // still holds.
-                    if Self::unchanged(&zk, &node, version).await? {
+                    if Self::unchanged(zk, node, version).await? {
                         return Ok(());
                     }
                     continue;
@@ -177,7 +199,7 @@ impl Gate for ZkGate {
             // Lower than the mark: Stale. Higher: raise it.
             check_token(current.map(|(mark, _)| mark), token)?;
             if self
-                .try_raise(&zk, &node, token, current.map(|(_, v)| v))
+                .try_raise(zk, node, token, current.map(|(_, v)| v))
                 .await?
             {
                 return Ok(());
@@ -187,11 +209,5 @@ impl Gate for ZkGate {
             "ZooKeeper gate",
             format!("mark of {node:?} kept moving for {MAX_RACES} tries"),
         ))
-    }
-
-    async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
-        let node = self.node(resource)?;
-        let zk = self.sessions.default_zk().await?;
-        Ok(self.read(&zk, &node).await?.map(|(mark, _)| mark))
     }
 }

@@ -118,6 +118,22 @@ impl ZkSource {
         Ok(session.zk.clone())
     }
 
+    /// Runs `op` (a read, or an idempotent step such as a gate's admit) on
+    /// the default session, and once more on a new session if that one
+    /// ended meanwhile: a session whose lease ran out locally is closed at
+    /// the server, and a call still on it fails with `SessionExpired`.
+    pub(crate) async fn on_default_session<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut(Zk) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let session = self.session(self.inner.cfg.session_timeout).await?;
+        match op(session.zk.clone()).await {
+            Err(_) if !session.is_live() => op(self.default_zk().await?).await,
+            done => done,
+        }
+    }
+
     /// Commits the operations `build` adds, in one multi that first checks
     /// that `grant`'s node still exists: the strongest gate for data kept in
     /// ZooKeeper. A superseded grant gets [`Error::Lost`] and is marked lost.
@@ -368,8 +384,6 @@ impl RawSource for ZkSource {
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {
         ensure_same_source(&self.inner.identity, grant)?;
-        let session = self.session(self.inner.cfg.session_timeout).await?;
-        let zk = &session.zk;
         // sync, then stat, pipelined on one connection: the server answers
         // the stat only after it caught up with the leader. Sent as two
         // separate calls, a reconnect in between could land the stat on a
@@ -378,18 +392,24 @@ impl RawSource for ZkSource {
         // fails, both are retried.
         let dir = lock::lock_dir(&self.inner.cfg.path, grant.resource());
         let node = grant.key().to_owned();
-        let stat = zk
-            .read("sync and stat", |c| {
+        let stat = self
+            .on_default_session(|zk| {
                 let (dir, node) = (dir.clone(), node.clone());
                 async move {
-                    let sync = async {
-                        match c.sync(&dir).await {
-                            Err(zookeeper_client::Error::NoNode) => Ok(()),
-                            other => other,
+                    zk.read("sync and stat", |c| {
+                        let (dir, node) = (dir.clone(), node.clone());
+                        async move {
+                            let sync = async {
+                                match c.sync(&dir).await {
+                                    Err(zookeeper_client::Error::NoNode) => Ok(()),
+                                    other => other,
+                                }
+                            };
+                            let ((), stat) = tokio::try_join!(sync, c.check_stat(&node))?;
+                            Ok(stat)
                         }
-                    };
-                    let ((), stat) = tokio::try_join!(sync, c.check_stat(&node))?;
-                    Ok(stat)
+                    })
+                    .await
                 }
             })
             .await?;
@@ -404,10 +424,13 @@ impl RawSource for ZkSource {
 
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
         lock::check_resource(resource)?;
-        let session = self.session(self.inner.cfg.session_timeout).await?;
         let dir = lock::lock_dir(&self.inner.cfg.path, resource);
-        Ok(lock::owner(&session.zk, &dir)
-            .await?
-            .map(|(holder, token)| HolderInfo::new(holder, token)))
+        let owner = self
+            .on_default_session(|zk| {
+                let dir = dir.clone();
+                async move { lock::owner(&zk, &dir).await }
+            })
+            .await?;
+        Ok(owner.map(|(holder, token)| HolderInfo::new(holder, token)))
     }
 }
