@@ -5,7 +5,7 @@
 //! and guards writes needs none of this.
 
 pub use crate::error::connect_failure;
-pub use crate::gate::{check_source, check_token, next_mark};
+pub use crate::gate::{check_fixed_source, check_source, check_token, next_mark};
 pub use crate::grant::{release_until_lost, GrantBackend};
 pub use crate::jitter::{jittered, JITTER_FACTOR};
 pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use fencing_core::backend::{check_source, check_token};
+use fencing_core::backend::{check_fixed_source, check_token};
 use fencing_core::{Error, FencingToken, Gate, ResourceName, Result, SourceId};
 
 use crate::config::check_prefix;
@@ -76,9 +76,7 @@ impl Gate for EtcdGate {
         source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        if let Some(source) = source {
-            check_source(resource, Some(&self.source), Some(source))?;
-        }
+        check_fixed_source(resource, &self.source, source)?;
         let key = self.key(resource);
         for _ in 0..MAX_RACES {
             let (mark, mod_rev) = self.read(&key).await?;

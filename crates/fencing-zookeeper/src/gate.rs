@@ -2,7 +2,7 @@
 //! setData.
 
 use async_trait::async_trait;
-use fencing_core::backend::{check_source, check_token};
+use fencing_core::backend::{check_fixed_source, check_token};
 use fencing_core::{Error, FencingToken, Gate, ResourceName, Result, SourceId};
 use zookeeper_client::{Acls, CreateMode, MultiWriteError};
 
@@ -154,9 +154,7 @@ impl Gate for ZkGate {
         source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        if let Some(source) = source {
-            check_source(resource, Some(&self.source), Some(source))?;
-        }
+        check_fixed_source(resource, &self.source, source)?;
         let node = self.node(resource)?;
         self.sessions
             .on_default_session(|zk| self.admit_on(zk, &node, token))

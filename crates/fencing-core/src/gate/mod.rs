@@ -169,6 +169,21 @@ pub fn check_source(
     }
 }
 
+/// The source rule of a gate bound to one source from the start (its marks
+/// live in the cluster that mints the tokens, or it validates against one
+/// source): a token named as another source's is refused with
+/// [`Error::ForeignSource`]; an unnamed one is taken to be `fixed`'s.
+pub fn check_fixed_source(
+    resource: &ResourceName,
+    fixed: &SourceId,
+    presented: Option<&SourceId>,
+) -> Result<()> {
+    match presented {
+        Some(presented) => check_source(resource, Some(fixed), Some(presented)),
+        None => Ok(()),
+    }
+}
+
 /// Counts a refusal in the metrics and passes it on.
 pub(crate) fn refused(error: Error) -> Error {
     crate::metrics::gate_refused(&error);

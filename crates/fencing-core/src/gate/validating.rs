@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::{check_source, Gate};
+use super::{check_fixed_source, Gate};
 use crate::error::{Error, Result};
 use crate::grant::SourceId;
 use crate::resource::ResourceName;
@@ -124,9 +124,7 @@ impl<G: Gate> Gate for ValidatingGate<G> {
         source: Option<&SourceId>,
         token: FencingToken,
     ) -> Result<()> {
-        if let Some(source) = source {
-            check_source(resource, Some(self.source.identity()), Some(source))?;
-        }
+        check_fixed_source(resource, self.source.identity(), source)?;
         self.check_raise(resource, token).await?;
         self.inner.admit_with(resource, source, token).await
     }
