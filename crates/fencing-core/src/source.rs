@@ -171,8 +171,10 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
     /// them: every grant the source holds is lost at once, and its keys or
     /// nodes go with their sessions (etcd revokes its leases, ZooKeeper
     /// closes its sessions). Local and Kubernetes sources hold no session:
-    /// there it does nothing, and each grant ends when released or dropped.
-    /// The source opens new sessions if it is used again.
+    /// each grant ends when released or dropped; a Kubernetes source waits
+    /// until acquires that were dropped while their write was in flight
+    /// have given back the Lease the write took. The source opens new
+    /// sessions if it is used again.
     async fn close(&self) -> Result<()>;
 }
 

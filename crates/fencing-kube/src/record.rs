@@ -272,6 +272,22 @@ pub(crate) fn renewed_lease(
     last
 }
 
+/// True when `current` still carries the grant that `written` (a create or
+/// a take) would have made: the same holder, transitions count and
+/// acquireTime, and for a take the same Lease object. The acquireTime, to
+/// the microsecond, tells our write from any later grant to the same
+/// identity, which counts one more transition anyway.
+pub(crate) fn carries_write(current: &Lease, written: &Lease) -> bool {
+    let (now, ours) = (LeaseView::of(current), LeaseView::of(written));
+    let acquired = |l: &Lease| l.spec.as_ref().and_then(|s| s.acquire_time.clone());
+    !now.holder.is_empty()
+        && now.holder == ours.holder
+        && now.transitions == ours.transitions
+        && (ours.uid.is_empty() || now.uid == ours.uid)
+        && acquired(current).is_some()
+        && acquired(current) == acquired(written)
+}
+
 /// client-go's release (ReleaseOnCancel): empty holder, a one-second
 /// duration, acquire and renew time now, transitions unchanged.
 pub(crate) fn released_lease(mut last: Lease, now: SystemTime) -> Lease {
@@ -334,6 +350,38 @@ mod tests {
             transitions,
             note: None,
         }
+    }
+
+    #[test]
+    fn only_the_lease_our_write_made_counts_as_carrying_it() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut stored = new_lease("l", "me", 15, t0);
+        stored.metadata.uid = Some("u1".into());
+        stored.metadata.resource_version = Some("10".into());
+        let ours = taken_lease(stored.clone(), "me", 15, 3, t0 + Duration::from_secs(1));
+        let mut landed = ours.clone();
+        landed.metadata.resource_version = Some("11".into());
+        assert!(carries_write(&landed, &ours));
+        // Renewed by nobody but annotated: still ours.
+        set_note(&mut landed, Some("x".into()));
+        assert!(carries_write(&landed, &ours));
+        // Not landed: the stored record is the one we read.
+        assert!(!carries_write(&stored, &ours));
+        // A later grant to the same identity, or another Lease object.
+        let later = taken_lease(landed.clone(), "me", 15, 4, t0 + Duration::from_secs(2));
+        assert!(!carries_write(&later, &ours));
+        let mut recreated = landed.clone();
+        recreated.metadata.uid = Some("u2".into());
+        assert!(!carries_write(&recreated, &ours));
+        // Released, or taken by someone else.
+        assert!(!carries_write(&released_lease(landed.clone(), t0), &ours));
+        let other = taken_lease(landed, "other", 15, 3, t0 + Duration::from_secs(1));
+        assert!(!carries_write(&other, &ours));
+        // A create has no uid yet: any object with our fields carries it.
+        let created = new_lease("l", "me", 15, t0 + Duration::from_secs(5));
+        let mut stored = created.clone();
+        stored.metadata.uid = Some("u9".into());
+        assert!(carries_write(&stored, &created));
     }
 
     #[test]

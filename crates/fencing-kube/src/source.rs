@@ -14,14 +14,15 @@ use fencing_core::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::client::{client_config, Leases};
 use crate::config::{lease_seconds, KubeConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
-    decide, new_lease, observe, parse_rv, released_lease, taken_lease, Decision, GrantKey,
-    LeaseView, Observed,
+    carries_write, decide, new_lease, observe, parse_rv, released_lease, taken_lease, Decision,
+    GrantKey, LeaseView, Observed,
 };
 use crate::session::{Held, KubeGrant};
 
@@ -62,6 +63,8 @@ struct Inner {
     /// When each Lease's resourceVersion was last seen to change, on our
     /// monotonic clock: the base of expiry.
     seen: Mutex<HashMap<String, Observed>>,
+    /// Grant writes in flight and their clean-up (see `write_owned`).
+    background: TaskTracker,
 }
 
 impl std::fmt::Debug for KubeLeaseSource {
@@ -125,6 +128,7 @@ impl KubeLeaseSource {
                 options,
                 holder: default_holder_identity(),
                 seen: Mutex::new(HashMap::new()),
+                background: TaskTracker::new(),
             }),
         })
     }
@@ -241,12 +245,11 @@ impl KubeLeaseSource {
         let now = Instant::now();
         let view = read.as_ref().map(LeaseView::of);
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
-        let sent = Instant::now();
-        let written = match (decide(view.as_ref(), observed_at, now, lock_delay)?, read) {
+        let (lease, create) = match (decide(view.as_ref(), observed_at, now, lock_delay)?, read) {
             (Decision::Held { .. }, _) => return Ok(None),
             (Decision::Create, _) => {
                 let lease = new_lease(name, holder, lease_seconds(&timings), SystemTime::now());
-                leases.create(&lease).await
+                (lease, true)
             }
             (Decision::Take { transitions }, Some(read)) => {
                 let lease = taken_lease(
@@ -256,7 +259,7 @@ impl KubeLeaseSource {
                     transitions,
                     SystemTime::now(),
                 );
-                leases.replace(&lease).await
+                (lease, false)
             }
             (Decision::Take { .. }, None) => {
                 return Err(Error::backend(
@@ -265,14 +268,121 @@ impl KubeLeaseSource {
                 ))
             }
         };
+        self.write_owned(resource, lease, create, timings).await
+    }
+
+    /// Writes the grant in a task the source owns, so that dropping the
+    /// acquire (a timeout, a cancelled `select!`) does not drop the write
+    /// halfway: a write that lands for nobody would leave the Lease naming
+    /// us, with no expiry at the server, until others judge it expired.
+    /// A grant nobody is waiting for any more is released; a write whose
+    /// answer was lost is looked for and undone if it landed.
+    /// [`RawSource::close`] waits for these tasks.
+    async fn write_owned(
+        &self,
+        resource: &ResourceName,
+        lease: Lease,
+        create: bool,
+        timings: LeaderTimings,
+    ) -> Result<Option<Grant>> {
+        let (answer_tx, answer) = tokio::sync::oneshot::channel();
+        let (this, resource) = (self.clone(), resource.clone());
+        self.inner.background.spawn(async move {
+            let sent = Instant::now();
+            let (result, unknown) = this.write_grant(&resource, &lease, create, sent, timings).await;
+            if let Err(Ok(Some(grant))) = answer_tx.send(result) {
+                tracing::debug!(%resource, token = %grant.token(), "kube acquire abandoned after its write; releasing");
+                if let Err(e) = grant.release().await {
+                    tracing::warn!(%resource, error = %e, "could not release the grant of an abandoned acquire");
+                }
+            }
+            if unknown {
+                this.undo_if_landed(&lease, timings.lease_duration).await;
+            }
+        });
+        answer.await.unwrap_or_else(|_| {
+            Err(Error::backend(
+                "kube acquire",
+                "the write task ended without an answer (runtime shutting down?)",
+            ))
+        })
+    }
+
+    /// The write and, if it succeeded, the grant; with whether the write's
+    /// outcome is unknown (no answer, or one that does not say).
+    async fn write_grant(
+        &self,
+        resource: &ResourceName,
+        lease: &Lease,
+        create: bool,
+        sent: Instant,
+        timings: LeaderTimings,
+    ) -> (Result<Option<Grant>>, bool) {
+        let leases = &self.inner.leases;
+        let written = if create {
+            leases.create(lease).await
+        } else {
+            leases.replace(lease).await
+        };
+        let holder = LeaseView::of(lease).holder;
         match written {
-            Ok(lease) => self
-                .grant(resource, lease, holder, sent, timings)
-                .await
-                .map(Some),
+            Ok(written) => (
+                self.grant(resource, written, &holder, sent, timings)
+                    .await
+                    .map(Some),
+                false,
+            ),
             // Someone else wrote first, or deleted the Lease under us.
-            Err(Failure::Conflict | Failure::NotFound) => Ok(None),
-            Err(f) => Err(f.into_error(leases.call("acquire", name))),
+            Err(Failure::Conflict | Failure::NotFound) => (Ok(None), false),
+            Err(f) => {
+                let name = lease.metadata.name.as_deref().unwrap_or_default();
+                let e = f.into_error(leases.call("acquire", name));
+                // Only a refusal says the write was not applied; a timeout,
+                // a 5xx or a connection closed under the request may have
+                // carried it (an "unreachable" error included: a cut
+                // connection reads as one).
+                let unknown = !matches!(e, Error::PermissionDenied(_) | Error::Config(_));
+                (Err(e), unknown)
+            }
+        }
+    }
+
+    /// Clears the grant `written` made if it landed although its answer was
+    /// lost; retried until the lease duration, after which any candidate
+    /// may take the Lease anyway.
+    async fn undo_if_landed(&self, written: &Lease, within: Duration) {
+        let leases = &self.inner.leases;
+        let name = written.metadata.name.clone().unwrap_or_default();
+        let give_up = Instant::now() + within;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let outcome: Result<()> = match leases.get(&name).await {
+                Ok(Some(current)) if carries_write(&current, written) => {
+                    match leases
+                        .replace(&released_lease(current, SystemTime::now()))
+                        .await
+                    {
+                        Ok(_) => {
+                            tracing::info!(lease = name, "cleared a grant whose answer was lost");
+                            return;
+                        }
+                        Err(Failure::NotFound) => return,
+                        // Changed since the read: look again.
+                        Err(Failure::Conflict) => continue,
+                        Err(f) => Err(f.into_error(leases.call("release", &name))),
+                    }
+                }
+                Ok(_) => return,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                if Instant::now() + pause >= give_up {
+                    tracing::warn!(lease = name, error = %e, "could not check for a grant whose answer was lost");
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 
@@ -349,6 +459,16 @@ impl RawSource for KubeLeaseSource {
         let key = GrantKey::decode(grant.key(), grant.holder())?;
         let current = self.inner.leases.get(&key.name).await?;
         Ok(current.is_some_and(|l| LeaseView::of(&l).names(&key)))
+    }
+
+    /// Holds no session: waits until the writes of acquires that were
+    /// dropped halfway have been released or undone (see `write_owned`).
+    async fn close(&self) -> Result<()> {
+        let tasks = &self.inner.background;
+        tasks.close();
+        tasks.wait().await;
+        tasks.reopen();
+        Ok(())
     }
 
     /// The holder the Lease names, whether or not its lease has run out on

@@ -502,6 +502,9 @@ fn plan(resource: ResourceName, ttl: Duration, seed: u64) -> ClientPlan {
     }
 }
 
+/// How long a stopping client waits for its source to close.
+const CLOSE_LIMIT: Duration = Duration::from_secs(3);
+
 /// How often a holder writes.
 const WRITE_EVERY: Duration = Duration::from_millis(25);
 
@@ -544,7 +547,13 @@ async fn client_main(args: ClientArgs) -> ExitCode {
             .renew_deadline(plan.ttl * 3 / 4)
             .retry_period(plan.ttl / 2)
     });
+    let source = opened.source.clone();
     client::run(opened.source, gate, opened.guarded, plan, election).await;
+    // Ends the sessions, and on Kubernetes waits until an acquire cut off
+    // by the stop has given back the Lease its write may have taken.
+    if let Err(e) = tokio::time::timeout(CLOSE_LIMIT, source.close()).await {
+        eprintln!("{name}: close: {e}");
+    }
     ExitCode::SUCCESS
 }
 

@@ -1057,7 +1057,7 @@ async fn finish(world: &mut World) -> Option<String> {
     }
     for c in &mut world.clients {
         if let Some(child) = c.child.as_mut() {
-            let limit = super::client::STOP_LIMIT + Duration::from_secs(3);
+            let limit = super::client::STOP_LIMIT + Duration::from_secs(5);
             let _ = tokio::time::timeout(limit, child.wait()).await;
         }
         c.kill().await;

@@ -177,6 +177,80 @@ async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(
     assert_eq!(a.holder(&lock).await.unwrap(), None);
 }
 
+/// An acquire that ends while its write is in flight must not leave the
+/// Lease naming its holder: a Lease has no expiry at the server, so it
+/// would stay named until another candidate judged it expired (a
+/// campaign's hygiene check found one, named to a client that had stopped
+/// while acquiring). Two ways in: the acquire dropped (a timeout around
+/// it), and its answer lost (the connection cut after the write was sent).
+/// Each is swept over cut points until several writes landed unanswered;
+/// after `close()` the Lease must be free every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free() {
+    use fencing_integration::kubernetes::cluster::KubeUser;
+    use fencing_integration::net::proxy::Proxy;
+    let f = KubeFixture::start().await;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let transitions = |name: &'static str| {
+        let leases = leases.clone();
+        async move {
+            let lease = leases.get_opt(name).await.unwrap();
+            lease.and_then(|l| l.spec?.lease_transitions).unwrap_or(-1)
+        }
+    };
+    let target = f
+        .server_url()
+        .trim_start_matches("https://")
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(target).await.unwrap();
+    let kubeconfig = f.kubeconfig_via(KubeUser::LeaseUser, &proxy.endpoint());
+    let a = KubeLeaseSource::connect(f.config_with(kubeconfig))
+        .await
+        .unwrap();
+    let once = AcquireOptions::new();
+    for (name, cut_connection) in [("dropped", false), ("unanswered", true)] {
+        let lock = r(name);
+        let (mut landed, mut cut) = (0, Duration::ZERO);
+        while landed < 3 && cut < Duration::from_millis(300) {
+            cut += Duration::from_micros(500);
+            let before = transitions(name).await;
+            let outcome = if cut_connection {
+                let acquire = tokio::spawn({
+                    let (a, lock, once) = (a.clone(), lock.clone(), once.clone());
+                    async move { a.try_acquire(&lock, &once).await }
+                });
+                tokio::time::sleep(cut).await;
+                proxy.cut_connections();
+                acquire.await.unwrap().ok()
+            } else {
+                tokio::time::timeout(cut, a.try_acquire(&lock, &once))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            };
+            let granted = matches!(outcome, Some(Some(_)));
+            if let Some(Some(grant)) = outcome {
+                grant.release().await.unwrap();
+            }
+            a.close().await.unwrap();
+            if !granted && transitions(name).await > before {
+                landed += 1;
+            }
+            assert_eq!(
+                a.holder(&lock).await.unwrap(),
+                None,
+                "{name}: the Lease stayed named after an acquire cut at {cut:?}"
+            );
+        }
+        assert!(
+            landed >= 3,
+            "{name}: only {landed} writes landed unanswered in cuts up to {cut:?}"
+        );
+    }
+}
+
 /// Four candidates, five rounds each, every holder writes through a gate
 /// twice; candidate 0 is cut off from the apiserver while holding in its
 /// second round and writes again with its old token after it healed. The
