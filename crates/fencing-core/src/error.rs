@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::grant::SourceId;
+use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
 /// Shorthand for results in this workspace.
@@ -33,7 +35,7 @@ pub enum Error {
     #[error("grant on {resource:?} lost: {reason}")]
     Lost {
         /// The resource the grant was for.
-        resource: String,
+        resource: ResourceName,
         /// Why the grant counts as lost.
         reason: String,
     },
@@ -62,7 +64,7 @@ pub enum Error {
         /// The rejected input (truncated for display).
         input: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: String,
     },
 
     /// A source id that cannot be read from its text form (an HTTP
@@ -72,7 +74,7 @@ pub enum Error {
         /// The rejected input (truncated for display).
         input: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: String,
     },
 
     /// A token or grant minted by a different source than the one asked: a
@@ -81,9 +83,9 @@ pub enum Error {
     #[error("token from source {presented:?} where source {expected:?} is required (tokens of different sources are not comparable)")]
     ForeignSource {
         /// The source this call went to.
-        expected: String,
+        expected: SourceId,
         /// The source that minted the grant.
-        presented: String,
+        presented: SourceId,
     },
 
     /// A gate refused a token that names no source, for a resource whose
@@ -92,9 +94,9 @@ pub enum Error {
     #[error("the mark of {resource:?} is bound to source {expected:?}; a token that names no source is refused")]
     UnnamedSource {
         /// The resource whose mark refused the token.
-        resource: String,
+        resource: ResourceName,
         /// The source the mark is bound to.
-        expected: String,
+        expected: SourceId,
     },
 
     /// A [`ValidatingGate`](crate::ValidatingGate) refused to raise a mark
@@ -103,7 +105,7 @@ pub enum Error {
     #[error("fencing token {token} for {resource:?} is carried by no live grant of the source")]
     UnknownToken {
         /// The resource the write was for.
-        resource: String,
+        resource: ResourceName,
         /// The refused token.
         token: FencingToken,
     },
@@ -183,18 +185,18 @@ fn echo(input: &str) -> String {
 }
 
 impl Error {
-    pub(crate) fn invalid_token(input: impl AsRef<str>, reason: &'static str) -> Self {
+    pub(crate) fn invalid_token(input: impl AsRef<str>, reason: impl Into<String>) -> Self {
         Error::InvalidToken {
             input: echo(input.as_ref()),
-            reason,
+            reason: reason.into(),
         }
     }
 
     /// Builds [`Error::InvalidSource`], truncating a long input for display.
-    pub fn invalid_source(input: impl AsRef<str>, reason: &'static str) -> Self {
+    pub fn invalid_source(input: impl AsRef<str>, reason: impl Into<String>) -> Self {
         Error::InvalidSource {
             input: echo(input.as_ref()),
-            reason,
+            reason: reason.into(),
         }
     }
 
@@ -207,9 +209,9 @@ impl Error {
     }
 
     /// Builds [`Error::Lost`].
-    pub fn lost(resource: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+    pub fn lost(resource: &ResourceName, reason: impl std::fmt::Display) -> Self {
         Error::Lost {
-            resource: resource.into(),
+            resource: resource.clone(),
             reason: reason.to_string(),
         }
     }

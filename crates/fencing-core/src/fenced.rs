@@ -100,7 +100,7 @@ impl Fenced<'_> {
             let grant = source.acquire(resource, &options).await?;
             let outcome = tokio::select! {
                 r = work(grant.info().clone()) => r,
-                why = grant.lost() => Err(Error::lost(resource.as_str(), why)),
+                why = grant.lost() => Err(Error::lost(resource, why)),
             };
             match outcome {
                 Ok(value) => {
@@ -120,7 +120,7 @@ impl Fenced<'_> {
                 }
             }
         }
-        Err(last_rejection.unwrap_or_else(|| Error::lost(resource.as_str(), "no attempt was made")))
+        Err(last_rejection.unwrap_or_else(|| Error::lost(resource, "no attempt was made")))
     }
 }
 

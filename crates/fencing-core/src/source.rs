@@ -276,8 +276,8 @@ pub fn ensure_same_source(expected: &SourceId, grant: &Grant) -> Result<()> {
         Ok(())
     } else {
         Err(Error::ForeignSource {
-            expected: expected.to_string(),
-            presented: grant.source().to_string(),
+            expected: expected.clone(),
+            presented: grant.source().clone(),
         })
     }
 }
@@ -375,7 +375,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lost_session_queues_again_and_counts() {
         let n = AtomicUsize::new(0);
-        let lost = || Error::lost("r", "session lost while waiting");
+        let lost = || {
+            Error::lost(
+                &ResourceName::new("r").unwrap(),
+                "session lost while waiting",
+            )
+        };
         let got = wait_requeuing(false, &n, scripted(vec![lost(), lost()])).await;
         assert_eq!(got.unwrap(), 7);
         assert_eq!(

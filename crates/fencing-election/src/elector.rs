@@ -113,7 +113,7 @@ impl LeaderElector {
                         );
                         return Ok(leadership);
                     }
-                    Error::lost(self.election.as_str(), "granted too late to lead")
+                    Error::lost(&self.election, "granted too late to lead")
                 }
                 Err(e) if is_transient(&e) => e,
                 Err(e) => return Err(e),
@@ -202,7 +202,7 @@ impl LeaderElector {
                 tracing::warn!(election = %self.election, token = %leadership.token(), %reason, "leadership lost, work cancelled");
                 // Dropping `leadership` releases the grant in the background,
                 // so a successor need not wait for the lease to run out.
-                return Err(Error::lost(self.election.as_str(), reason));
+                return Err(Error::lost(&self.election, reason));
             }
             output = work => output,
         };

@@ -102,7 +102,7 @@ impl LeaderHealth {
             return Ok(());
         }
         Err(Error::lost(
-            term.info.resource.as_str(),
+            &term.info.resource,
             format!(
                 "this process still holds term {} but its lease was last renewed {since:?} \
                  ago, more than its TTL {:?} plus the tolerance {:?}: the election loop is stuck",

@@ -197,7 +197,7 @@ impl EtcdSource {
                 "lock key gone at guarded write",
             );
             return Err(Error::lost(
-                grant.resource().as_str(),
+                grant.resource(),
                 "lock key no longer carries this token",
             ));
         }
@@ -277,11 +277,11 @@ impl EtcdSource {
             }
             let survived = tokio::select! {
                 r = lock::wait_for_predecessors(conn, &self.inner.watches, &keys, attempt.rev, &self.inner.wakeups) => r?,
-                why = session.lost() => return Err(Error::lost(resource.as_str(), format!("etcd session lost while waiting: {why}"))),
+                why = session.lost() => return Err(Error::lost(resource, format!("etcd session lost while waiting: {why}"))),
             };
             if !survived {
                 return Err(Error::lost(
-                    resource.as_str(),
+                    resource,
                     "etcd session expired while waiting for the lock",
                 ));
             }

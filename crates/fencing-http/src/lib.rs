@@ -61,7 +61,7 @@
 //! }
 //! // Another source's token is not comparable, however high.
 //! match refusal(app.clone().oneshot(write(99, "zk:prod")).await.unwrap()).await {
-//!     Some(Error::ForeignSource { expected, .. }) => assert_eq!(expected, "etcd:6b2c"),
+//!     Some(Error::ForeignSource { expected, .. }) => assert_eq!(expected.as_str(), "etcd:6b2c"),
 //!     other => panic!("{other:?}"),
 //! }
 //! # }

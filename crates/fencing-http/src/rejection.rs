@@ -2,7 +2,7 @@
 //! 409 body back into the gate's error.
 
 use bytes::Bytes;
-use fencing_core::{Error, FencingToken, ResourceName};
+use fencing_core::{Error, FencingToken, ResourceName, SourceId};
 use http::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use serde_json::Value;
@@ -56,7 +56,7 @@ pub fn token_from_headers(headers: &HeaderMap) -> Result<Option<FencingToken>, E
     if values.next().is_some() {
         return Err(Error::InvalidToken {
             input: echo(&String::from_utf8_lossy(first.as_bytes())),
-            reason: "more than one Fencing-Token header",
+            reason: "more than one Fencing-Token header".into(),
         });
     }
     // Bytes outside visible ASCII become U+FFFD, which the canonical parser
@@ -94,15 +94,18 @@ pub(crate) enum Rejection {
     },
     /// The mark is bound to another source than the request's.
     ForeignSource {
-        resource: String,
-        expected: String,
-        presented: String,
+        resource: ResourceName,
+        expected: SourceId,
+        presented: SourceId,
     },
     /// The mark is bound to a source and the request named none.
-    UnnamedSource { resource: String, expected: String },
+    UnnamedSource {
+        resource: ResourceName,
+        expected: SourceId,
+    },
     /// A validating gate found no live grant carrying the token.
     UnknownToken {
-        resource: String,
+        resource: ResourceName,
         token: FencingToken,
     },
     /// The gate could not decide (I/O, backend, corrupt state).
@@ -113,7 +116,7 @@ impl Rejection {
     /// Sorts an error returned by [`Gate::admit_with`](fencing_core::Gate::admit_with)
     /// or [`Gate::admit_from`](fencing_core::Gate::admit_from) for `resource`.
     pub(crate) fn from_gate(error: Error, resource: &ResourceName) -> Self {
-        let resource = resource.to_string();
+        let resource = resource.clone();
         match error {
             Error::Stale { presented, highest } => Rejection::Stale { presented, highest },
             Error::ForeignSource {
@@ -157,7 +160,7 @@ impl Rejection {
     /// stale token `presented` and `highest` as JSON numbers; for the other
     /// 409 answers `resource` and what refused the request.
     pub(crate) fn body(&self) -> String {
-        let text = |s: &str| Value::String(s.to_owned());
+        let text = |s: &dyn std::fmt::Display| Value::String(s.to_string());
         let message = match self {
             Rejection::Stale { presented, highest } => {
                 return format!(
@@ -274,15 +277,15 @@ pub fn refusal_from_response(status: StatusCode, body: &[u8]) -> Option<Error> {
             highest: number("highest")?,
         },
         FOREIGN_MESSAGE => Error::ForeignSource {
-            expected: text("expected")?,
-            presented: text("presented")?,
+            expected: SourceId::new(text("expected")?),
+            presented: SourceId::new(text("presented")?),
         },
         UNNAMED_MESSAGE => Error::UnnamedSource {
-            resource: text("resource")?,
-            expected: text("expected")?,
+            resource: ResourceName::nonportable(text("resource")?).ok()?,
+            expected: SourceId::new(text("expected")?),
         },
         UNKNOWN_MESSAGE => Error::UnknownToken {
-            resource: text("resource")?,
+            resource: ResourceName::nonportable(text("resource")?).ok()?,
             token: number("token")?,
         },
         _ => return None,
@@ -407,15 +410,15 @@ mod tests {
                 highest: FencingToken::new(5),
             },
             Error::ForeignSource {
-                expected: "etcd:a".into(),
-                presented: "zk:\"b\"".into(),
+                expected: SourceId::new("etcd:a"),
+                presented: SourceId::new("zk:\"b\""),
             },
             Error::UnnamedSource {
-                resource: r.to_string(),
-                expected: "etcd:a".into(),
+                resource: r.clone(),
+                expected: SourceId::new("etcd:a"),
             },
             Error::UnknownToken {
-                resource: r.to_string(),
+                resource: r.clone(),
                 token: FencingToken::new(u64::MAX),
             },
         ] {

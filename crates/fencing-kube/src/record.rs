@@ -323,9 +323,9 @@ fn set_note(lease: &mut Lease, note: Option<String>) {
 /// [`Error::InvalidToken`] naming the version.
 pub(crate) fn parse_rv(rv: &str) -> Result<FencingToken> {
     let shown: String = rv.chars().take(64).collect();
-    let invalid = |reason| Error::InvalidToken {
+    let invalid = |reason: &str| Error::InvalidToken {
         input: shown.clone(),
-        reason,
+        reason: reason.into(),
     };
     let token: FencingToken = rv.parse().map_err(|_| {
         invalid("Lease resourceVersion is not a canonical decimal number, so it cannot be a fencing token (is the apiserver backed by etcd?)")

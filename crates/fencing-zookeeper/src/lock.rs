@@ -173,6 +173,7 @@ pub(crate) async fn stat(zk: &Zk, path: &str) -> Result<Option<i64>> {
 /// Waits until my node is the lowest, watching only my predecessor.
 pub(crate) async fn wait_until_first(
     zk: &Zk,
+    resource: &ResourceName,
     dir: &str,
     mine: &MyNode,
     wakeups: &AtomicU64,
@@ -182,7 +183,7 @@ pub(crate) async fn wait_until_first(
         let children = contenders(zk, dir).await?;
         let Some(index) = children.iter().position(|c| c == my_name) else {
             return Err(Error::lost(
-                dir,
+                resource,
                 "lock node vanished while waiting (session expired or node deleted)",
             ));
         };

@@ -167,10 +167,7 @@ impl ZkSource {
                     LossReason::DeletedAtServer,
                     "lock node gone at guarded write",
                 );
-                Err(Error::lost(
-                    grant.resource().as_str(),
-                    "lock node no longer exists",
-                ))
+                Err(Error::lost(grant.resource(), "lock node no longer exists"))
             }
             Err(e) => Err(zk.error("guarded multi", e.into())),
         }
@@ -244,8 +241,8 @@ impl ZkSource {
         let node = lock::create_node(zk, &dir, protect, &holder, self.acls()).await?;
         if wait {
             tokio::select! {
-                r = lock::wait_until_first(zk, &dir, &node, &self.inner.wakeups) => r?,
-                why = session.lost() => return Err(Error::lost(resource.as_str(), format!("ZooKeeper session lost while waiting: {why}"))),
+                r = lock::wait_until_first(zk, resource, &dir, &node, &self.inner.wakeups) => r?,
+                why = session.lost() => return Err(Error::lost(resource, format!("ZooKeeper session lost while waiting: {why}"))),
             }
         } else if !lock::is_first(zk, &dir, &node).await? {
             pending.delete_now().await?;

@@ -159,12 +159,12 @@ pub fn check_source(
         (None, _) => Ok(()),
         (Some(b), Some(p)) if b == p => Ok(()),
         (Some(b), Some(p)) => Err(refused(Error::ForeignSource {
-            expected: b.to_string(),
-            presented: p.to_string(),
+            expected: b.clone(),
+            presented: p.clone(),
         })),
         (Some(b), None) => Err(refused(Error::UnnamedSource {
-            resource: resource.to_string(),
-            expected: b.to_string(),
+            resource: resource.clone(),
+            expected: b.clone(),
         })),
     }
 }

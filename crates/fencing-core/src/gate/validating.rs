@@ -101,7 +101,7 @@ impl<G: Gate> ValidatingGate<G> {
             "refused to raise a mark to a token no live grant carries"
         );
         Err(super::refused(Error::UnknownToken {
-            resource: resource.to_string(),
+            resource: resource.clone(),
             token,
         }))
     }
