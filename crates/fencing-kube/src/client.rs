@@ -10,12 +10,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::config::KubeConfig;
+use crate::config::KubeLeaseConfig;
 use crate::error::{classify, timed_out, Call, Failure};
 
 /// Builds the client configuration: the explicit kubeconfig file, else
 /// `KUBECONFIG` / `~/.kube/config`, else the in-cluster service account.
-pub(crate) async fn client_config(cfg: &KubeConfig) -> Result<kube::Config> {
+pub(crate) async fn client_config(cfg: &KubeLeaseConfig) -> Result<kube::Config> {
     let options = KubeConfigOptions {
         context: cfg.context.clone(),
         ..KubeConfigOptions::default()

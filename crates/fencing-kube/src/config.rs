@@ -158,17 +158,17 @@ pub(crate) fn lease_seconds(timings: &LeaderTimings) -> i32 {
 ///
 /// ```
 /// use std::time::Duration;
-/// use fencing_kube::KubeConfig;
+/// use fencing_kube::KubeLeaseConfig;
 ///
-/// let cfg = KubeConfig::from_url("kube://team-a?kubeconfig=/etc/kube/admin.conf&ttl=6&renew_deadline=4&retry_period=1")?;
+/// let cfg = KubeLeaseConfig::from_url("kube://team-a?kubeconfig=/etc/kube/admin.conf&ttl=6&renew_deadline=4&retry_period=1")?;
 /// assert_eq!(cfg.namespace, "team-a");
 /// assert_eq!(cfg.options.timings.lease_duration, Duration::from_secs(6));
-/// assert!(KubeConfig::from_url("kube://?kubeconfig=/x").is_err()); // no namespace
+/// assert!(KubeLeaseConfig::from_url("kube://?kubeconfig=/x").is_err()); // no namespace
 /// # Ok::<(), fencing_core::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct KubeConfig {
+pub struct KubeLeaseConfig {
     /// Namespace of the Leases (a DNS-1123 label).
     pub namespace: String,
     /// Explicit kubeconfig file; `None` infers the client configuration.
@@ -179,12 +179,12 @@ pub struct KubeConfig {
     pub options: LeaseOptions,
 }
 
-impl KubeConfig {
+impl KubeLeaseConfig {
     /// Settings with defaults for Leases in `namespace`.
     pub fn new(namespace: impl Into<String>) -> Result<Self> {
         let namespace = namespace.into();
         check_namespace(&namespace)?;
-        Ok(KubeConfig {
+        Ok(KubeLeaseConfig {
             namespace,
             kubeconfig: None,
             context: None,
@@ -237,7 +237,7 @@ impl KubeConfig {
         if url.param("ttl").is_some() && url.param("lease_duration").is_some() {
             return Err(bad("ttl= is given twice (lease_duration= is its synonym)"));
         }
-        let mut cfg = KubeConfig::new(namespace).map_err(|e| bad(&e.to_string()))?;
+        let mut cfg = KubeLeaseConfig::new(namespace).map_err(|e| bad(&e.to_string()))?;
         for (k, v) in url.params() {
             let key = if k == "lease_duration" { "ttl" } else { k };
             cfg.apply(key, v).map_err(|why| bad(&why))?;
@@ -295,7 +295,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn config_err(url: &str) -> String {
-        match KubeConfig::from_url(url) {
+        match KubeLeaseConfig::from_url(url) {
             Err(Error::Config(msg)) => msg,
             other => panic!("{url:?} should be a config error: {other:?}"),
         }
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn parses_namespace_and_every_option() {
-        let c = KubeConfig::from_url(
+        let c = KubeLeaseConfig::from_url(
             "kube://team-a/?kubeconfig=/k/conf&context=ctx&cluster=prod&lease_duration=5.5&renew_deadline=4&retry_period=0.5&timeout=2",
         )
         .unwrap();
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(t.renew_deadline, Duration::from_secs(4));
         assert_eq!(t.retry_period, Duration::from_millis(500));
         assert_eq!(c.options.request_timeout, Duration::from_secs(2));
-        let d = KubeConfig::from_url("KUBE://default").unwrap();
+        let d = KubeLeaseConfig::from_url("KUBE://default").unwrap();
         assert_eq!(d.options, LeaseOptions::default());
         assert_eq!(d.kubeconfig, None);
     }
@@ -371,21 +371,21 @@ mod tests {
         );
         assert_eq!(o.grant_timings(None).lease_duration, DEFAULT_LEASE_DURATION);
         // The same rule for a URL that gives the TTL alone.
-        let url = KubeConfig::from_url("kube://a?ttl=3").unwrap();
+        let url = KubeLeaseConfig::from_url("kube://a?ttl=3").unwrap();
         assert_eq!(
             url.options.timings,
             LeaderTimings::scaled_to(Duration::from_secs(3))
         );
-        let url = KubeConfig::from_url("kube://a?ttl=30").unwrap();
+        let url = KubeLeaseConfig::from_url("kube://a?ttl=30").unwrap();
         assert_eq!(url.options.timings.renew_deadline, o.timings.renew_deadline);
     }
 
     proptest! {
         #[test]
         fn url_parser_never_panics(s in any::<String>()) {
-            let _ = KubeConfig::from_url(&s);
-            let _ = KubeConfig::from_url(&format!("kube://{s}"));
-            let _ = KubeConfig::from_url(&format!("kube://ns?{s}"));
+            let _ = KubeLeaseConfig::from_url(&s);
+            let _ = KubeLeaseConfig::from_url(&format!("kube://{s}"));
+            let _ = KubeLeaseConfig::from_url(&format!("kube://ns?{s}"));
         }
 
         #[test]
@@ -393,7 +393,7 @@ mod tests {
             ttl in 1u32..40, renew in 1u32..40, retry in 1u32..40
         ) {
             let url = format!("kube://ns?ttl={ttl}&renew_deadline={renew}&retry_period={retry}");
-            if let Ok(c) = KubeConfig::from_url(&url) {
+            if let Ok(c) = KubeLeaseConfig::from_url(&url) {
                 let t = c.options.timings;
                 prop_assert!(t.lease_duration > t.renew_deadline);
                 prop_assert!(t.renew_deadline.as_secs_f64() > 1.2 * t.retry_period.as_secs_f64());

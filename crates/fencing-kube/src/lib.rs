@@ -60,7 +60,7 @@ mod record;
 mod session;
 mod source;
 
-pub use config::{KubeConfig, LeaseOptions, DEFAULT_REQUEST_TIMEOUT};
+pub use config::{KubeLeaseConfig, LeaseOptions, DEFAULT_REQUEST_TIMEOUT};
 pub use record::TOKEN_ANNOTATION;
 pub use source::KubeLeaseSource;
 

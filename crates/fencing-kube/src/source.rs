@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::client::{client_config, Leases};
-use crate::config::{lease_seconds, KubeConfig, LeaseOptions};
+use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
@@ -39,10 +39,10 @@ use crate::session::{Held, KubeGrant};
 /// ```no_run
 /// # async fn demo() -> fencing_core::Result<()> {
 /// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
-/// use fencing_kube::{KubeConfig, KubeLeaseSource};
+/// use fencing_kube::{KubeLeaseConfig, KubeLeaseSource};
 ///
 /// let source = KubeLeaseSource::connect(
-///     KubeConfig::new("team-a")?.kubeconfig("/etc/kube/lease-user.conf"),
+///     KubeLeaseConfig::new("team-a")?.kubeconfig("/etc/kube/lease-user.conf"),
 /// )
 /// .await?;
 /// let grant = source.acquire(&ResourceName::new("ledger-writer")?, &AcquireOptions::new()).await?;
@@ -78,12 +78,12 @@ impl std::fmt::Debug for KubeLeaseSource {
 }
 
 impl KubeLeaseSource {
-    /// Loads the client configuration (see [`KubeConfig`]) and checks that
+    /// Loads the client configuration (see [`KubeLeaseConfig`]) and checks that
     /// the apiserver answers and accepts the credentials. An unreachable
     /// apiserver is an [`Error::Timeout`] or [`Error::Backend`] naming its
     /// URL; rejected credentials are [`Error::PermissionDenied`]; a missing
     /// kubeconfig file is [`Error::Config`] naming the path.
-    pub async fn connect(cfg: KubeConfig) -> Result<Self> {
+    pub async fn connect(cfg: KubeLeaseConfig) -> Result<Self> {
         check_namespace(&cfg.namespace)?;
         cfg.options.check()?;
         let config = client_config(&cfg).await?;
@@ -96,9 +96,9 @@ impl KubeLeaseSource {
         Ok(source)
     }
 
-    /// Parses a `kube://` URL (see [`KubeConfig::from_url`]) and connects.
+    /// Parses a `kube://` URL (see [`KubeLeaseConfig::from_url`]) and connects.
     pub async fn from_url(url: &str) -> Result<Self> {
-        Self::connect(KubeConfig::from_url(url)?).await
+        Self::connect(KubeLeaseConfig::from_url(url)?).await
     }
 
     /// A source over an existing client. Nothing is sent until first use.

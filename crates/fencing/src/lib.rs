@@ -106,7 +106,7 @@ pub use fencing_election as election;
 ///
 /// - `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`
 ///   — Kubernetes Leases in NAMESPACE, compatible with client-go's
-///   leader election (feature `kube`; see `fencing_kube::KubeConfig::from_url`).
+///   leader election (feature `kube`; see `fencing_kube::KubeLeaseConfig::from_url`).
 ///   Without `kubeconfig=` the client comes from `KUBECONFIG`,
 ///   `~/.kube/config` or the in-cluster service account.
 ///

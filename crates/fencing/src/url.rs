@@ -46,9 +46,9 @@ pub enum SourceUrl {
     #[cfg(feature = "zookeeper")]
     Zk(fencing_zookeeper::ZkConfig),
     /// `kube://NAMESPACE[?kubeconfig=PATH&...]`, already checked by
-    /// [`fencing_kube::KubeConfig::from_url`].
+    /// [`fencing_kube::KubeLeaseConfig::from_url`].
     #[cfg(feature = "kube")]
-    Kube(fencing_kube::KubeConfig),
+    Kube(fencing_kube::KubeLeaseConfig),
 }
 
 impl SourceUrl {
@@ -70,7 +70,7 @@ impl SourceUrl {
             #[cfg(feature = "zookeeper")]
             "zk" => fencing_zookeeper::ZkConfig::from_url(url).map(SourceUrl::Zk),
             #[cfg(feature = "kube")]
-            "kube" => fencing_kube::KubeConfig::from_url(url).map(SourceUrl::Kube),
+            "kube" => fencing_kube::KubeLeaseConfig::from_url(url).map(SourceUrl::Kube),
             known if KNOWN_SCHEMES.contains(&known) => Err(parts.error(format!(
                 "this build has no backend for {known}:// URLs (it needs the feature `{}` of the fencing crate)",
                 feature_of(known)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fencing_kube::{KubeConfig, KubeLeaseSource, LeaseOptions};
+use fencing_kube::{KubeLeaseConfig, KubeLeaseSource, LeaseOptions};
 use fencing_testkit::{Client, Harness};
 
 use crate::etcd::fixture::Partition;
@@ -116,15 +116,15 @@ impl KubeFixture {
     }
 
     /// Settings for `user` in the test namespace, reading `kubeconfig`.
-    pub fn config_with(&self, kubeconfig: PathBuf) -> KubeConfig {
-        KubeConfig::new(self.namespace)
+    pub fn config_with(&self, kubeconfig: PathBuf) -> KubeLeaseConfig {
+        KubeLeaseConfig::new(self.namespace)
             .expect("test namespace")
             .kubeconfig(kubeconfig)
             .options(self.options())
     }
 
     /// Settings for `user` straight to the apiserver.
-    pub fn config(&self, user: KubeUser) -> KubeConfig {
+    pub fn config(&self, user: KubeUser) -> KubeLeaseConfig {
         self.config_with(self.kubeconfig(user))
     }
 

@@ -11,7 +11,7 @@ use fencing_integration::kubernetes::cluster::{KubeUser, OTHER_NAMESPACE};
 use fencing_integration::kubernetes::fixture::{KubeFixture, TEST_LEASE, TEST_RETRY};
 use fencing_integration::kubernetes::rbac::lease_user_rbac;
 use fencing_integration::net::proxy::Proxy;
-use fencing_kube::{KubeConfig, KubeLeaseSource};
+use fencing_kube::{KubeLeaseConfig, KubeLeaseSource};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
@@ -126,7 +126,7 @@ async fn users_without_rights_get_permission_denied() {
     );
     denied(nobody.holder(&r("nobody")).await, &["get"]);
     let elsewhere = KubeLeaseSource::connect(
-        KubeConfig::new(OTHER_NAMESPACE)
+        KubeLeaseConfig::new(OTHER_NAMESPACE)
             .unwrap()
             .kubeconfig(f.kubeconfig(KubeUser::LeaseUser))
             .options(f.options()),
@@ -170,7 +170,7 @@ async fn the_scoped_manifest_limits_the_lock_names() {
         .await
         .unwrap();
     let scoped = KubeLeaseSource::connect(
-        KubeConfig::new(OTHER_NAMESPACE)
+        KubeLeaseConfig::new(OTHER_NAMESPACE)
             .unwrap()
             .kubeconfig(f.kubeconfig(KubeUser::Nobody))
             .options(f.options()),
@@ -252,7 +252,7 @@ async fn bad_configuration_gives_typed_errors_naming_the_problem() {
     // A namespace that does not exist, as admin (who may create Leases
     // anywhere): the create answers 404 about the namespace.
     let missing = KubeLeaseSource::connect(
-        KubeConfig::new("no-such-namespace")
+        KubeLeaseConfig::new("no-such-namespace")
             .unwrap()
             .kubeconfig(f.kubeconfig(KubeUser::Admin))
             .options(f.options()),
