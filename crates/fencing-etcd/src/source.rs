@@ -27,9 +27,19 @@ use crate::watches::{WatchGuard, Watches};
 ///
 /// Locks use the key layout of Go's `concurrency.Mutex`, so Go and Rust
 /// processes can contend on the same lock; the fencing token is the create
-/// revision of the holder's key. One session (lease) per TTL serves every
-/// grant of this source; several grants of one source on the same lock are
-/// served one after the other.
+/// revision of the holder's key. Several grants of one source on the same
+/// lock are served one after the other.
+///
+/// # Sessions
+///
+/// Grants are kept alive by sessions, not one by one: every grant of this
+/// source with the same TTL lives on one etcd lease (what Go calls a
+/// `concurrency.Session`), renewed by one keep-alive stream. When that
+/// session is lost (its lease expired or was revoked, the cluster was out
+/// of reach for longer than the TTL) every grant on it is lost together,
+/// and the next acquire opens a new session. Work that must not fail
+/// together takes another TTL or another source. [`EtcdSource::open_sessions`]
+/// counts the sessions; `close()` ends them all.
 ///
 /// ```no_run
 /// # async fn demo() -> fencing_core::Result<()> {
@@ -155,6 +165,14 @@ impl EtcdSource {
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
         self.inner.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// How many sessions (etcd leases) this source keeps open: one per TTL
+    /// its grants asked for, plus replaced ones that still carry grants.
+    pub async fn open_sessions(&self) -> usize {
+        let sessions = self.inner.sessions.lock().await;
+        let older = sessions.older.iter().filter(|s| s.strong_count() > 0);
+        sessions.current.len() + older.count()
     }
 
     /// A gate whose high-water marks live in etcd under `prefix`.

@@ -27,9 +27,19 @@ use crate::session::{Session, Zk};
 ///
 /// Locks use the node layout of Curator's `InterProcessMutex`, so Java and
 /// Rust processes can contend on the same lock; the fencing token is the
-/// czxid of the holder's node. One session per lease length serves every
-/// grant of this source; the acquire option `ttl` is the session timeout to
-/// ask for (the ensemble may negotiate another, which then counts).
+/// czxid of the holder's node.
+///
+/// # Sessions
+///
+/// Grants are kept alive by sessions, not one by one: every grant of this
+/// source with the same TTL lives on one ZooKeeper session (the acquire
+/// option `ttl` is the session timeout to ask for; the ensemble may
+/// negotiate another, which then counts). When that session is lost
+/// (expired, or out of touch with the ensemble for longer than its
+/// timeout) every grant on it is lost together, and the next acquire opens
+/// a new session. Work that must not fail together takes another TTL or
+/// another source. [`ZkSource::open_sessions`] counts the sessions;
+/// `close()` ends them all.
 ///
 /// ```no_run
 /// # async fn demo() -> fencing_core::Result<()> {
@@ -184,9 +194,8 @@ impl ZkSource {
         Ok(())
     }
 
-    /// How many ZooKeeper sessions this source has open (one per lease
-    /// length asked for). For tests and diagnostics.
-    #[doc(hidden)]
+    /// How many ZooKeeper sessions this source has open: one per TTL its
+    /// grants asked for.
     pub async fn open_sessions(&self) -> usize {
         self.inner.sessions.lock().await.len()
     }
