@@ -103,13 +103,21 @@ impl AcquireOptions {
 /// A coordinator that grants locks with fencing tokens: what users call.
 ///
 /// Object safe: keep one as `Arc<dyn FencingSource>` and switch backends by
-/// configuration. Every method is cancel-safe in the sense that dropping its
-/// future leaves no grant that keeps renewing; a grant minted just before the
-/// drop expires after its TTL.
+/// configuration.
 ///
 /// Backends do not implement this trait: they implement
 /// [`RawSource`](crate::backend::RawSource), and every `RawSource` is a
 /// `FencingSource`.
+///
+/// # Cancel safety
+///
+/// Every method's future may be dropped half-way (a timeout around it, a
+/// `select!` branch that lost): no grant is left renewing. What the
+/// coordinator wrote for an acquire dropped in flight is removed in the
+/// background: etcd's key and ZooKeeper's node are deleted, a Kubernetes
+/// Lease is given back ([`close`](Self::close) waits for that). When that
+/// clean-up cannot reach the coordinator, and on the local source, the
+/// record expires with its lease.
 ///
 /// ```
 /// # async fn example() -> fencing_core::Result<()> {

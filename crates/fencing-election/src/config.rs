@@ -11,7 +11,7 @@ use fencing_core::{Error, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use fencing_election::ElectionConfig;
+/// use fencing::election::ElectionConfig;
 ///
 /// let config = ElectionConfig::new("worker-1")
 ///     .lease_duration(Duration::from_secs(6))
@@ -19,7 +19,7 @@ use fencing_core::{Error, Result};
 ///     .retry_period(Duration::from_secs(1));
 /// config.check()?;
 /// assert!(ElectionConfig::new("").check().is_err());
-/// # Ok::<(), fencing_core::Error>(())
+/// # Ok::<(), fencing::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -19,10 +19,10 @@ use crate::term::{LeaderContext, Leadership};
 /// is a new grant with its own fencing token. Cheap to clone.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
 /// use std::sync::Arc;
-/// use fencing_core::{LocalSource, ResourceName};
-/// use fencing_election::{ElectionConfig, LeaderElector};
+/// use fencing::{LocalSource, ResourceName};
+/// use fencing::election::{ElectionConfig, LeaderElector};
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let source = Arc::new(LocalSource::open(dir.path())?);
@@ -86,9 +86,12 @@ impl LeaderElector {
     /// `retry_period`; configuration, permission and name errors return at
     /// once, since retrying cannot fix them.
     ///
-    /// Cancel-safe: dropping the future leaves no leadership behind. (A
-    /// grant the coordinator minted in the very moment of the drop is never
-    /// renewed and expires after the lease duration, as for any acquire.)
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no leadership behind: a grant the
+    /// coordinator minted in the very moment of the drop is never renewed
+    /// and is cleaned up as for any acquire (see
+    /// [`FencingSource`](fencing_core::FencingSource#cancel-safety)).
     pub async fn campaign(&self) -> Result<Leadership> {
         let options = AcquireOptions::new()
             .ttl(self.config.timings.lease_duration)
@@ -188,6 +191,11 @@ impl LeaderElector {
     /// (and then the coordinator expires it), so a failed resign cannot
     /// block the next leader for longer than the lease duration. Turning it
     /// into an error would make callers redo work that is done.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the work with it and gives leadership
+    /// back in the background (as dropping a grant does).
     pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
     where
         F: FnOnce(LeaderContext) -> Fut,
@@ -220,13 +228,13 @@ impl LeaderElector {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// use std::sync::Arc;
-    /// use fencing_core::{LocalSource, ResourceName};
-    /// use fencing_election::{ElectionConfig, LeaderElector};
+    /// use fencing::{LocalSource, ResourceName};
+    /// use fencing::election::{ElectionConfig, LeaderElector};
     ///
     /// #[derive(Debug)]
-    /// enum AppError { Fencing(fencing_core::Error), Refused(&'static str) }
-    /// impl From<fencing_core::Error> for AppError {
-    ///     fn from(e: fencing_core::Error) -> Self { AppError::Fencing(e) }
+    /// enum AppError { Fencing(fencing::Error), Refused(&'static str) }
+    /// impl From<fencing::Error> for AppError {
+    ///     fn from(e: fencing::Error) -> Self { AppError::Fencing(e) }
     /// }
     ///
     /// let dir = tempfile::tempdir().unwrap();

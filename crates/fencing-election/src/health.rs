@@ -66,10 +66,10 @@ impl Drop for HeldTerm {
 /// the cure. A follower, or a candidate that is not leading, is healthy.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
 /// # use std::sync::Arc;
-/// # use fencing_core::{LocalSource, ResourceName};
-/// # use fencing_election::{ElectionConfig, LeaderElector};
+/// # use fencing::{LocalSource, ResourceName};
+/// # use fencing::election::{ElectionConfig, LeaderElector};
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let source = Arc::new(LocalSource::open(dir.path())?);
 /// # let elector = LeaderElector::new(source, ResourceName::new("a")?, ElectionConfig::new("x"))?;

@@ -15,10 +15,10 @@
 //!   to followers.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
 //! use std::sync::Arc;
-//! use fencing_core::{Gate, LocalSource, MemoryGate, ResourceName};
-//! use fencing_election::{ElectionConfig, LeaderElector};
+//! use fencing::{Gate, LocalSource, MemoryGate, ResourceName};
+//! use fencing::election::{ElectionConfig, LeaderElector};
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let source = Arc::new(LocalSource::open(dir.path())?);

@@ -79,7 +79,9 @@ impl Observer {
     /// Errors of the source are returned; calling again retries one retry
     /// period later.
     ///
-    /// Cancel-safe: dropping the future loses no change.
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses no change: the next call reports it.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
         std::future::poll_fn(|cx| self.poll_change(cx)).await
     }

@@ -30,13 +30,13 @@ pub struct TlsFiles {
 /// How to reach an etcd cluster and where the locks live.
 ///
 /// ```
-/// use fencing_etcd::EtcdConfig;
+/// use fencing::etcd::EtcdConfig;
 ///
 /// let cfg = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379/app/locks?ttl=10")?;
 /// assert_eq!(cfg.endpoints.len(), 2);
 /// assert_eq!(cfg.prefix, "/app/locks");
 /// assert_eq!(cfg.ttl.as_secs(), 10);
-/// # Ok::<(), fencing_core::Error>(())
+/// # Ok::<(), fencing::Error>(())
 /// ```
 /// Its `Debug` shows the user but never the password.
 #[derive(Clone, PartialEq, Eq)]

@@ -42,9 +42,9 @@ use crate::watches::{WatchGuard, Watches};
 /// counts the sessions; `close()` ends them all.
 ///
 /// ```no_run
-/// # async fn demo() -> fencing_core::Result<()> {
-/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
-/// use fencing_etcd::EtcdSource;
+/// # async fn demo() -> fencing::Result<()> {
+/// use fencing::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing::etcd::EtcdSource;
 ///
 /// let source = EtcdSource::from_url("etcd://127.0.0.1:2379/locks?ttl=10").await?;
 /// let grant = source.acquire(&ResourceName::new("ledger")?, &AcquireOptions::new()).await?;

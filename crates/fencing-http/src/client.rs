@@ -69,8 +69,8 @@ impl FencingGrant for GrantInfo {
 /// value (a gate refuses a request with two token or source headers).
 ///
 /// ```
-/// use fencing_core::{FencingToken, SourceId};
-/// use fencing_http::FencedRequest;
+/// use fencing::{FencingToken, SourceId};
+/// use fencing::http::FencedRequest;
 ///
 /// let request = http::Request::put("http://127.0.0.1:8080/kv/a")
 ///     .fencing_token(FencingToken::new(42)) // or `.fencing_grant(&grant)` for both

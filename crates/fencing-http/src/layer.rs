@@ -186,8 +186,8 @@ impl<G: Gate + ?Sized, E> FencingLayer<G, E> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use fencing_core::MemoryGate;
-    /// use fencing_http::FencingLayer;
+    /// use fencing::MemoryGate;
+    /// use fencing::http::FencingLayer;
     ///
     /// // One resource per tenant, named by a header.
     /// let layer = FencingLayer::new(Arc::new(MemoryGate::new()), |req: &http::Request<String>| {

@@ -23,8 +23,8 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::sync::Arc;
 //! use axum::{body::Body, routing::put, Router};
-//! use fencing_core::{Error, FencingToken, MemoryGate, SourceId};
-//! use fencing_http::{refusal_from_response, FencedRequest, FencingLayer};
+//! use fencing::{Error, FencingToken, MemoryGate, SourceId};
+//! use fencing::http::{refusal_from_response, FencedRequest, FencingLayer};
 //! use http::{Request, StatusCode};
 //! use http_body_util::BodyExt;
 //! use tower::ServiceExt;

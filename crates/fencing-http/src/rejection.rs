@@ -37,16 +37,16 @@ const ECHO_LIMIT: usize = 64;
 /// so `Fencing-Token:  7 ` on the wire reads as `7`.)
 ///
 /// ```
-/// use fencing_core::FencingToken;
+/// use fencing::FencingToken;
 /// use http::HeaderMap;
 ///
 /// let mut headers = HeaderMap::new();
-/// assert!(fencing_http::token_from_headers(&headers)?.is_none());
-/// headers.insert(fencing_http::HEADER, "42".parse().unwrap());
-/// assert_eq!(fencing_http::token_from_headers(&headers)?, Some(FencingToken::new(42)));
-/// headers.insert(fencing_http::HEADER, "-1".parse().unwrap());
-/// assert!(fencing_http::token_from_headers(&headers).is_err());
-/// # Ok::<(), fencing_core::Error>(())
+/// assert!(fencing::http::token_from_headers(&headers)?.is_none());
+/// headers.insert(fencing::http::HEADER, "42".parse().unwrap());
+/// assert_eq!(fencing::http::token_from_headers(&headers)?, Some(FencingToken::new(42)));
+/// headers.insert(fencing::http::HEADER, "-1".parse().unwrap());
+/// assert!(fencing::http::token_from_headers(&headers).is_err());
+/// # Ok::<(), fencing::Error>(())
 /// ```
 pub fn token_from_headers(headers: &HeaderMap) -> Result<Option<FencingToken>, Error> {
     let mut values = headers.get_all(HEADER).iter();
@@ -224,17 +224,17 @@ impl Rejection {
 /// answer.
 ///
 /// ```
-/// use fencing_core::{Error, FencingToken, ResourceName};
+/// use fencing::{Error, FencingToken, ResourceName};
 /// use http::StatusCode;
 ///
 /// let body = br#"{"error":"stale fencing token","presented":3,"highest":5}"#;
-/// match fencing_http::stale_from_response(StatusCode::CONFLICT, body) {
+/// match fencing::http::stale_from_response(StatusCode::CONFLICT, body) {
 ///     Some(Error::Stale { presented, highest }) => {
 ///         assert_eq!((presented, highest), (FencingToken::new(3), FencingToken::new(5)));
 ///     }
 ///     other => panic!("{other:?}"),
 /// }
-/// assert!(fencing_http::stale_from_response(StatusCode::OK, body).is_none());
+/// assert!(fencing::http::stale_from_response(StatusCode::OK, body).is_none());
 /// ```
 #[must_use]
 pub fn stale_from_response(status: StatusCode, body: &[u8]) -> Option<Error> {
@@ -252,11 +252,11 @@ pub fn stale_from_response(status: StatusCode, body: &[u8]) -> Option<Error> {
 /// 409 answers.
 ///
 /// ```
-/// use fencing_core::Error;
+/// use fencing::Error;
 /// use http::StatusCode;
 ///
 /// let body = br#"{"error":"foreign fencing source","resource":"/kv/a","expected":"etcd:6b2c","presented":"zk:prod"}"#;
-/// match fencing_http::refusal_from_response(StatusCode::CONFLICT, body) {
+/// match fencing::http::refusal_from_response(StatusCode::CONFLICT, body) {
 ///     Some(Error::ForeignSource { expected, presented }) => {
 ///         assert_eq!((expected.as_str(), presented.as_str()), ("etcd:6b2c", "zk:prod"));
 ///     }

@@ -22,9 +22,9 @@ fn is_plain(b: u8) -> bool {
 /// The header value for `source`, in the canonical form.
 ///
 /// ```
-/// use fencing_core::SourceId;
+/// use fencing::SourceId;
 ///
-/// let v = fencing_http::source_header_value(&SourceId::new("zk:prod eu/1"));
+/// let v = fencing::http::source_header_value(&SourceId::new("zk:prod eu/1"));
 /// assert_eq!(v, "zk:prod%20eu/1");
 /// ```
 #[must_use]
@@ -49,16 +49,16 @@ pub fn source_header_value(source: &SourceId) -> HeaderValue {
 /// naming the problem.
 ///
 /// ```
-/// use fencing_core::SourceId;
+/// use fencing::SourceId;
 /// use http::HeaderMap;
 ///
 /// let mut headers = HeaderMap::new();
-/// assert!(fencing_http::source_from_headers(&headers)?.is_none());
-/// headers.insert(fencing_http::SOURCE_HEADER, "etcd:6b2c%C3%A9".parse().unwrap());
-/// assert_eq!(fencing_http::source_from_headers(&headers)?, Some(SourceId::new("etcd:6b2cé")));
-/// headers.insert(fencing_http::SOURCE_HEADER, "etcd%3a6b2c".parse().unwrap());
-/// assert!(fencing_http::source_from_headers(&headers).is_err()); // ':' needs no escape
-/// # Ok::<(), fencing_core::Error>(())
+/// assert!(fencing::http::source_from_headers(&headers)?.is_none());
+/// headers.insert(fencing::http::SOURCE_HEADER, "etcd:6b2c%C3%A9".parse().unwrap());
+/// assert_eq!(fencing::http::source_from_headers(&headers)?, Some(SourceId::new("etcd:6b2cé")));
+/// headers.insert(fencing::http::SOURCE_HEADER, "etcd%3a6b2c".parse().unwrap());
+/// assert!(fencing::http::source_from_headers(&headers).is_err()); // ':' needs no escape
+/// # Ok::<(), fencing::Error>(())
 /// ```
 pub fn source_from_headers(headers: &HeaderMap) -> Result<Option<SourceId>, Error> {
     let mut values = headers.get_all(SOURCE_HEADER).iter();

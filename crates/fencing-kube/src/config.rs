@@ -19,7 +19,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// ```
 /// use std::time::Duration;
-/// use fencing_kube::LeaseOptions;
+/// use fencing::kube::LeaseOptions;
 ///
 /// let o = LeaseOptions::default()
 ///     .lease_duration(Duration::from_secs(6))
@@ -158,13 +158,13 @@ pub(crate) fn lease_seconds(timings: &LeaderTimings) -> i32 {
 ///
 /// ```
 /// use std::time::Duration;
-/// use fencing_kube::KubeLeaseConfig;
+/// use fencing::kube::KubeLeaseConfig;
 ///
 /// let cfg = KubeLeaseConfig::from_url("kube://team-a?kubeconfig=/etc/kube/admin.conf&ttl=6&renew_deadline=4&retry_period=1")?;
 /// assert_eq!(cfg.namespace, "team-a");
 /// assert_eq!(cfg.options.timings.lease_duration, Duration::from_secs(6));
 /// assert!(KubeLeaseConfig::from_url("kube://?kubeconfig=/x").is_err()); // no namespace
-/// # Ok::<(), fencing_core::Error>(())
+/// # Ok::<(), fencing::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -41,9 +41,9 @@
 //! picks one (`k8s-openapi = { version = "0.29", features = ["v1_35"] }`).
 //!
 //! ```no_run
-//! # async fn demo() -> fencing_core::Result<()> {
-//! use fencing_core::{AcquireOptions, FencingSource, ResourceName};
-//! use fencing_kube::KubeLeaseSource;
+//! # async fn demo() -> fencing::Result<()> {
+//! use fencing::{AcquireOptions, FencingSource, ResourceName};
+//! use fencing::kube::KubeLeaseSource;
 //!
 //! let source = KubeLeaseSource::from_url("kube://team-a?kubeconfig=/etc/kube/app.conf&ttl=15").await?;
 //! let grant = source.acquire(&ResourceName::new("ledger-writer")?, &AcquireOptions::new()).await?;

@@ -37,9 +37,9 @@ use crate::session::{Held, KubeGrant};
 /// [`LeaseOptions::cluster`] or else the apiserver URL.
 ///
 /// ```no_run
-/// # async fn demo() -> fencing_core::Result<()> {
-/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
-/// use fencing_kube::{KubeLeaseConfig, KubeLeaseSource};
+/// # async fn demo() -> fencing::Result<()> {
+/// use fencing::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing::kube::{KubeLeaseConfig, KubeLeaseSource};
 ///
 /// let source = KubeLeaseSource::connect(
 ///     KubeLeaseConfig::new("team-a")?.kubeconfig("/etc/kube/lease-user.conf"),

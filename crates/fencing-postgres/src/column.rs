@@ -46,8 +46,8 @@ use crate::ident::Ident;
 /// where that cannot happen. The key column must be unique (a primary key).
 ///
 /// ```no_run
-/// # async fn demo(client: &tokio_postgres::Client, token: fencing_core::FencingToken) -> fencing_core::Result<()> {
-/// use fencing_postgres::FencedUpdate;
+/// # async fn demo(client: &tokio_postgres::Client, token: fencing::FencingToken) -> fencing::Result<()> {
+/// use fencing::postgres::FencedUpdate;
 ///
 /// // accounts(id BIGINT PRIMARY KEY, balance BIGINT, fence BIGINT NOT NULL DEFAULT 0)
 /// let update = FencedUpdate::new("accounts", "id", "fence", &["balance"])?.prepare(client).await?;

@@ -22,17 +22,17 @@ use crate::ident::Ident;
 /// rollback undoes both.
 ///
 /// ```no_run
-/// # async fn demo(client: &mut tokio_postgres::Client, grant: &fencing_core::Grant) -> fencing_core::Result<()> {
-/// use fencing_core::ResourceName;
-/// use fencing_postgres::FenceTable;
+/// # async fn demo(client: &mut tokio_postgres::Client, grant: &fencing::Grant) -> fencing::Result<()> {
+/// use fencing::ResourceName;
+/// use fencing::postgres::FenceTable;
 ///
 /// let fences = FenceTable::new("fencing_marks")?;
 /// fences.create(&*client).await?; // also adds the source column to an older table
-/// let tx = client.transaction().await.map_err(fencing_postgres::pg_error)?;
+/// let tx = client.transaction().await.map_err(fencing::postgres::pg_error)?;
 /// // Err(Stale) if superseded, Err(ForeignSource) if another source set the mark
 /// fences.admit_from(&tx, grant.resource(), grant.source(), grant.token()).await?;
-/// tx.execute("UPDATE ledger SET balance = balance + 10", &[]).await.map_err(fencing_postgres::pg_error)?;
-/// tx.commit().await.map_err(fencing_postgres::pg_error)?;
+/// tx.execute("UPDATE ledger SET balance = balance + 10", &[]).await.map_err(fencing::postgres::pg_error)?;
+/// tx.commit().await.map_err(fencing::postgres::pg_error)?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]

@@ -33,13 +33,13 @@ pub struct ZkTls {
 /// is the sorted host list, which is stable only as long as the host list is.
 ///
 /// ```
-/// use fencing_zookeeper::ZkConfig;
+/// use fencing::zookeeper::ZkConfig;
 ///
 /// let cfg = ZkConfig::from_url("zk://zk1:2181,zk2:2181/app/locks?session_timeout=6&ensemble=prod")?;
 /// assert_eq!(cfg.hosts, ["zk1:2181", "zk2:2181"]);
 /// assert_eq!(cfg.path, "/app/locks");
 /// assert_eq!(cfg.ensemble, "prod");
-/// # Ok::<(), fencing_core::Error>(())
+/// # Ok::<(), fencing::Error>(())
 /// ```
 /// Its `Debug` shows the users but never the passwords.
 #[derive(Clone, PartialEq, Eq)]

@@ -42,9 +42,9 @@ use crate::session::{Session, Zk};
 /// `close()` ends them all.
 ///
 /// ```no_run
-/// # async fn demo() -> fencing_core::Result<()> {
-/// use fencing_core::{AcquireOptions, FencingSource, ResourceName};
-/// use fencing_zookeeper::ZkSource;
+/// # async fn demo() -> fencing::Result<()> {
+/// use fencing::{AcquireOptions, FencingSource, ResourceName};
+/// use fencing::zookeeper::ZkSource;
 ///
 /// let source = ZkSource::from_url("zk://127.0.0.1:2181/app/locks?ensemble=prod").await?;
 /// let grant = source.acquire(&ResourceName::new("ledger")?, &AcquireOptions::new()).await?;
