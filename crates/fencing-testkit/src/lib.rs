@@ -19,9 +19,11 @@
 //! ```
 
 pub mod checks;
+pub mod gates;
 mod harness;
 mod history;
 
+pub use gates::{gate_keeps_the_rules, Binding};
 pub use harness::{Client, Harness, LocalHarness, Stall};
 pub use history::{Event, History};
 

@@ -175,50 +175,9 @@ impl Gate for MemoryGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
     use crate::grant::SourceId;
 
-    #[test]
-    fn accepts_equal_and_higher_rejects_lower() {
-        let g = MemoryGate::new();
-        let r = ResourceName::new("r").unwrap();
-        assert_eq!(g.high_water_now(&r), None);
-        g.admit_now(&r, FencingToken::new(5)).unwrap();
-        g.admit_now(&r, FencingToken::new(5)).unwrap();
-        g.admit_now(&r, FencingToken::new(9)).unwrap();
-        match g.admit_now(&r, FencingToken::new(8)) {
-            Err(Error::Stale { presented, highest }) => {
-                assert_eq!((presented.get(), highest.get()), (8, 9));
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(g.high_water_now(&r), Some(FencingToken::new(9)));
-    }
-
-    #[tokio::test]
-    async fn a_foreign_sources_token_is_refused_and_the_mark_kept() {
-        let g = MemoryGate::new();
-        let r = ResourceName::new("r").unwrap();
-        let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
-        g.admit_from(&r, &a, FencingToken::new(5)).await.unwrap();
-        match g.admit_from(&r, &b, FencingToken::new(9)).await {
-            Err(Error::ForeignSource {
-                expected,
-                presented,
-            }) => {
-                assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
-            }
-            other => panic!("a higher token of another source: {other:?}"),
-        }
-        assert_eq!(g.high_water_now(&r), Some(FencingToken::new(5)));
-        // Still bound to a: its tokens pass, a token naming no source does not.
-        g.admit_from(&r, &a, FencingToken::new(6)).await.unwrap();
-        assert!(matches!(
-            g.admit_any_source(&r, FencingToken::new(7)).await,
-            Err(Error::UnnamedSource { .. })
-        ));
-        assert_eq!(g.high_water_now(&r), Some(FencingToken::new(6)));
-    }
+    // The gate rules themselves: fencing-testkit's gate_keeps_the_rules.
 
     #[test]
     fn racing_sources_bind_an_unbound_mark_once() {

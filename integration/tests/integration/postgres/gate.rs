@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use fencing::{Error, FencingToken, Gate, ResourceName, SourceId};
 use fencing_integration::postgres::server::PgServer;
 use fencing_postgres::{FenceTable, FencedUpdate, PgGate};
+use fencing_testkit::{gate_keeps_the_rules, Binding};
 
 const WRITERS: u64 = 4;
 const WRITES: u64 = 25;
@@ -392,12 +393,12 @@ async fn a_refusal_by_a_concurrent_raise_names_the_new_fence() {
     assert_eq!(value, "newer");
 }
 
-/// Marks are bound to the source of the token that set them: a higher
-/// token of another source is refused and the mark kept. A table made
-/// before marks had sources gains the column, and its marks are unbound
-/// until a bound admit binds them.
+/// The gate rules (fencing-testkit): marks are bound to the source of the
+/// token that set them, a higher token of another source is refused and
+/// the mark kept. A table made before marks had sources gains the column,
+/// and its marks are unbound until a bound admit binds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pg_gate_refuses_another_sources_token() {
+async fn pg_gate_keeps_the_rules_and_binds_old_marks() {
     let (_pg, client) = server_with(
         "CREATE TABLE fencing_marks (resource TEXT PRIMARY KEY, mark BIGINT NOT NULL CHECK (mark >= 0));
              INSERT INTO fencing_marks VALUES ('old', 4);",
@@ -407,28 +408,7 @@ async fn pg_gate_refuses_another_sources_token() {
     let gate = PgGate::new(client.clone(), "fencing_marks").await.unwrap();
     let (a, b) = (SourceId::new("etcd:a"), SourceId::new("zk:b"));
     let r = ResourceName::new("orders").unwrap();
-    gate.admit_from(&r, &a, t(5)).await.unwrap();
-    match gate.admit_from(&r, &b, t(9)).await {
-        Err(Error::ForeignSource {
-            expected,
-            presented,
-        }) => {
-            assert_eq!((expected.as_str(), presented.as_str()), ("etcd:a", "zk:b"));
-        }
-        other => panic!("a higher token of another source: {other:?}"),
-    }
-    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(5)));
-    gate.admit_from(&r, &a, t(5)).await.expect("a retry of a");
-    gate.admit_from(&r, &a, t(6)).await.unwrap();
-    assert!(matches!(
-        gate.admit_any_source(&r, t(7)).await,
-        Err(Error::UnnamedSource { .. })
-    ));
-    match gate.admit_from(&r, &a, t(3)).await {
-        Err(Error::Stale { presented, highest }) => assert_eq!((presented, highest), (t(3), t(6))),
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(gate.high_water(&r).await.unwrap(), Some(t(6)));
+    gate_keeps_the_rules(&gate, &r, &a, t(5), Binding::FirstAdmit).await;
 
     let old = ResourceName::new("old").unwrap();
     gate.admit_any_source(&old, t(4))
