@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 
 step "cargo fmt --check" cargo fmt --all --check
 step "public API as committed (api/public-api.txt)" bash scripts/lib/public-api.sh check
+step "docs: relative links resolve, README.md a front page" bash scripts/lib/doc-links.sh
 step "cargo clippy (all targets, warnings are errors)" \
     cargo clippy --workspace --all-targets --locked -q -- -D warnings
 # The crates users read: not the test harness (its dozen binaries made

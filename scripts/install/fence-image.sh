@@ -109,7 +109,7 @@ fi
 # reads from them (the workspace's member manifests, the protoc wrapper of
 # .cargo/config.toml); a new top-level file counts until excluded here.
 source_hash="$({
-    git ls-files -z -- . ':!README.md' ':!deploy' ':!.ci' ':!docker-compose.yml' \
+    git ls-files -z -- . ':!*.md' ':!docs' ':!LICENSE' ':!deploy' ':!.ci' ':!docker-compose.yml' \
         ':!integration' ':!examples' ':!scripts'
     git ls-files -z -- integration/Cargo.toml examples/Cargo.toml scripts/protoc
 } | xargs -0 sha256sum | sha256sum | cut -c1-16)"

@@ -1,5 +1,5 @@
 //! The CLI against clusters you run yourself, e.g. the repository's
-//! docker-compose.yml (README, "Clusters with Docker Compose"). Ignored by
+//! docker-compose.yml (docs/deploying.md, "Clusters with Docker Compose"). Ignored by
 //! default; run with `-- --ignored` and the FENCING_*_URL variables set.
 //! A requested test whose variable is missing fails rather than passing
 //! without having checked anything.
@@ -33,19 +33,19 @@ async fn check(var: &str, ttl: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs FENCING_ETCD_URL (see README, Clusters with Docker Compose)"]
+#[ignore = "needs FENCING_ETCD_URL (see docs/deploying.md)"]
 async fn external_etcd() {
     check("FENCING_ETCD_URL", "2").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs FENCING_ZK_URL (see README, Clusters with Docker Compose)"]
+#[ignore = "needs FENCING_ZK_URL (see docs/deploying.md)"]
 async fn external_zookeeper() {
     check("FENCING_ZK_URL", "4").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs FENCING_KUBE_URL (see README, Clusters with Docker Compose)"]
+#[ignore = "needs FENCING_KUBE_URL (see docs/deploying.md)"]
 async fn external_kubernetes() {
     check("FENCING_KUBE_URL", "4").await;
 }

@@ -29,7 +29,7 @@ const MAX_DIGITS: usize = 20;
 /// Where clients are not trusted that far, a
 /// [`ValidatingGate`](crate::ValidatingGate) asks the source before it
 /// raises a mark. A restore of the coordinator from a backup can rewind
-/// its counter under the same source id (see the README on restores).
+/// its counter under the same source id (see docs/gates.md, "Restoring a coordinator").
 ///
 /// The text form is canonical decimal: digits only, no sign, no leading
 /// zeros, no whitespace. Parsing anything else is an [`Error::InvalidToken`],

@@ -21,7 +21,7 @@
 //! `etcdutl snapshot restore --bump-revision N --mark-compacted`, N above
 //! the number of revisions the old cluster issued after the snapshot
 //! (etcdutl of etcd 3.6 and of the later 3.5 releases; etcd 3.4 has no such
-//! flag), or reset the gates outside the cluster once no old writer is left (see the README, "Restoring a coordinator"). An
+//! flag), or reset the gates outside the cluster once no old writer is left (see docs/gates.md, "Restoring a coordinator"). An
 //! [`EtcdGate`] rewinds with the data it lives in and needs nothing.
 
 mod config;

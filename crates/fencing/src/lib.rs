@@ -26,6 +26,38 @@
 //! assert!(fencing::connect("kube://").await.is_err());
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `local` (default) | `local://` URLs, [`LocalSource`] and [`FileGate`] |
+//! | `aws-lc-rs` (default) | the rustls crypto provider of the etcd and Kubernetes clients |
+//! | `ring` | ring instead (see [TLS crypto provider](#tls-crypto-provider)) |
+//! | `etcd` | `etcd://` and `etcds://` URLs, `fencing::etcd` (building it needs `protoc`) |
+//! | `zookeeper` | `zk://` URLs, `fencing::zookeeper` |
+//! | `kube` | `kube://` URLs, `fencing::kube`; the application picks a `k8s-openapi` version feature |
+//! | `postgres` | fence columns and tables in PostgreSQL, `fencing::postgres` |
+//! | `http` | a tower layer that fences an HTTP store, `fencing::http` |
+//! | `metrics` | acquire, loss, refusal and leadership figures through the `metrics` facade |
+//!
+//! Leader election ([`election`]) is always built in.
+//!
+//! # TLS crypto provider
+//!
+//! TLS runs on rustls, whose crypto provider is a process-wide choice that
+//! belongs to the application: no crate here installs one. With exactly
+//! one provider compiled in (the default, `aws-lc-rs`) rustls picks it by
+//! itself. The ZooKeeper client always compiles aws-lc-rs, so `ring`
+//! together with `zookeeper` (or another provider your dependencies bring)
+//! links two, and the application installs one at start-up:
+//!
+//! ```ignore
+//! rustls::crypto::ring::default_provider().install_default().expect("first install");
+//! ```
+//!
+//! Without that, [`connect`] refuses `kube://` and TLS `zk://` URLs with an
+//! [`Error::Config`] that names this fix, instead of letting rustls panic.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

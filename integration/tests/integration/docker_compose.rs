@@ -1,6 +1,6 @@
-//! docker-compose.yml is checked with a YAML parser: the services the README
+//! docker-compose.yml is checked with a YAML parser: the services the guide
 //! promises, pinned images, health checks, loopback-only ports, and clusters
-//! whose members agree on each other. The README's URLs must point at ports
+//! whose members agree on each other. The URLs of docs/deploying.md must point at ports
 //! the file publishes. (scripts/compose-test.sh also runs its etcd and
 //! ZooKeeper services for real.)
 
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 const COMPOSE_FILE: &str = include_str!("../../../docker-compose.yml");
-const README: &str = include_str!("../../../README.md");
+const README: &str = include_str!("../../../docs/deploying.md");
 const VERSIONS: &str = include_str!("../../../versions.env");
 const ZOO_CFG: &str = include_str!("../../../deploy/compose/zoo.cfg");
 
@@ -410,7 +410,7 @@ fn the_readme_points_at_ports_the_file_publishes() {
     let section = README
         .split("## Clusters with Docker Compose")
         .nth(1)
-        .expect("README has a 'Clusters with Docker Compose' section");
+        .expect("docs/deploying.md has a 'Clusters with Docker Compose' section");
     let mut urls = 0;
     for scheme in ["etcd://", "zk://"] {
         for start in section.match_indices(scheme).map(|(i, _)| i + scheme.len()) {
