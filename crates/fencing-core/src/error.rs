@@ -110,6 +110,19 @@ pub enum Error {
         token: FencingToken,
     },
 
+    /// The lock is run by a manager that must not be fought: a Kubernetes
+    /// Lease whose `strategy` says kube-apiserver's coordinated leader
+    /// election picks its holder. Taking it over would undo the manager's
+    /// choice at every turn; join through the manager instead. Returned at
+    /// once, also to a waiting acquire.
+    #[error("{resource:?} is managed by {manager}; it is not taken over")]
+    ManagedElsewhere {
+        /// The lock.
+        resource: ResourceName,
+        /// Who manages it, and how to join.
+        manager: String,
+    },
+
     /// Invalid configuration: options, URLs, missing backends.
     #[error("invalid configuration: {0}")]
     Config(String),

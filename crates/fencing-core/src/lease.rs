@@ -60,6 +60,10 @@ pub enum LossReason {
     Superseded,
     /// The holder released the grant, dropped it, or closed its source.
     Released,
+    /// The holder was asked to step down while its lease still runs (a
+    /// Kubernetes Lease whose `preferredHolder` names someone else): finish
+    /// the current unit of work, stop, and release.
+    Yielded,
 }
 
 impl LossReason {
@@ -74,6 +78,7 @@ impl LossReason {
             LossReason::DeletedAtServer => "deleted_at_server",
             LossReason::Superseded => "superseded",
             LossReason::Released => "released",
+            LossReason::Yielded => "yielded",
         }
     }
 
@@ -100,6 +105,7 @@ impl std::fmt::Display for LossReason {
             LossReason::DeletedAtServer => "deleted at the server",
             LossReason::Superseded => "superseded by another holder",
             LossReason::Released => "released",
+            LossReason::Yielded => "asked to step down for another holder",
         })
     }
 }

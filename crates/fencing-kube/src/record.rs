@@ -27,6 +27,11 @@ pub(crate) struct LeaseView {
     pub(crate) duration: Duration,
     pub(crate) transitions: i32,
     pub(crate) note: Option<String>,
+    /// Set when kube-apiserver's coordinated leader election manages the
+    /// Lease (e.g. `OldestEmulationVersion`).
+    pub(crate) strategy: Option<String>,
+    /// Whom the manager asks to hold the Lease next.
+    pub(crate) preferred: Option<String>,
 }
 
 impl LeaseView {
@@ -48,6 +53,12 @@ impl LeaseView {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(TOKEN_ANNOTATION).cloned()),
+            strategy: spec
+                .and_then(|s| s.strategy.clone())
+                .filter(|s| !s.is_empty()),
+            preferred: spec
+                .and_then(|s| s.preferred_holder.clone())
+                .filter(|s| !s.is_empty()),
         }
     }
 
@@ -58,6 +69,12 @@ impl LeaseView {
             && self.holder == grant.holder
             && self.transitions == grant.transitions
             && self.uid == grant.uid
+    }
+
+    /// Another identity the Lease's `preferredHolder` asks to take over
+    /// from `holder`, if any.
+    pub(crate) fn asks_to_yield(&self, holder: &str) -> Option<&str> {
+        self.preferred.as_deref().filter(|p| *p != holder)
     }
 
     /// The current holder and its token, if the Lease names a holder.
@@ -158,6 +175,9 @@ pub(crate) enum Decision {
     Take { transitions: i32 },
     /// Someone holds it until at least `until` on our clock.
     Held { holder: String, until: Instant },
+    /// Coordinated leader election picks its holder (`strategy` set): not
+    /// ours to take.
+    Managed { strategy: String },
 }
 
 /// The decision for a candidate at `now` that last saw the Lease change at
@@ -172,6 +192,11 @@ pub(crate) fn decide(
     let Some(lease) = current else {
         return Ok(Decision::Create);
     };
+    if let Some(strategy) = &lease.strategy {
+        return Ok(Decision::Managed {
+            strategy: strategy.clone(),
+        });
+    }
     let until = observed_at + lease.duration + lock_delay;
     if lease.holder.is_empty() || now > until {
         // client-go counts only changes of holder; we count every grant so
@@ -349,6 +374,8 @@ mod tests {
             duration: Duration::from_secs(secs),
             transitions,
             note: None,
+            strategy: None,
+            preferred: None,
         }
     }
 
@@ -420,6 +447,34 @@ mod tests {
             Decision::Take { transitions: 5 }
         );
         assert!(decide(Some(&view("", 0, i32::MAX)), t0, t0, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_lease_with_a_strategy_is_managed_whatever_its_state() {
+        let t0 = Instant::now();
+        for holder in ["", "other"] {
+            let mut managed = view(holder, 15, 4);
+            managed.strategy = Some("OldestEmulationVersion".into());
+            assert_eq!(
+                decide(Some(&managed), t0, t0 + Duration::from_secs(60), Duration::ZERO).unwrap(),
+                Decision::Managed {
+                    strategy: "OldestEmulationVersion".into()
+                }
+            );
+        }
+        let mut lease = new_lease("l", "me", 15, SystemTime::now());
+        lease.spec.as_mut().unwrap().strategy = Some(String::new());
+        assert_eq!(LeaseView::of(&lease).strategy, None, "an empty strategy is none");
+    }
+
+    #[test]
+    fn only_a_preferred_holder_naming_someone_else_asks_to_yield() {
+        let mut v = view("me", 15, 1);
+        assert_eq!(v.asks_to_yield("me"), None);
+        v.preferred = Some("me".into());
+        assert_eq!(v.asks_to_yield("me"), None);
+        v.preferred = Some("next".into());
+        assert_eq!(v.asks_to_yield("me"), Some("next"));
     }
 
     #[test]

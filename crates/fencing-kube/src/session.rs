@@ -191,6 +191,21 @@ async fn renew_loop(
     }
 }
 
+/// A renewed Lease whose `preferredHolder` names another identity asks us
+/// to step down: the grant is reported lost ([`LossReason::Yielded`]) while
+/// its lease still runs, so the work stops and the holder releases, as a
+/// client-go leader does when the coordinated election controller moves
+/// leadership.
+fn asked_to_yield(held: &Held) -> std::result::Result<(), Renewal> {
+    match LeaseView::of(&held.lease).asks_to_yield(&held.key.holder) {
+        None => Ok(()),
+        Some(next) => Err(Renewal::Lost(
+            LossReason::Yielded,
+            format!("the Lease's preferredHolder names {next:?}"),
+        )),
+    }
+}
+
 /// One renewal: replace with our last version. A 409 is re-read: if the
 /// Lease still names this grant (same holder, transitions and UID), the
 /// write that moved it was one of ours whose reply was lost, or a change by
@@ -203,7 +218,7 @@ async fn renew_once(leases: &Leases, held: &mut Held) -> std::result::Result<(),
         match leases.replace(&next).await {
             Ok(lease) => {
                 held.lease = lease;
-                return Ok(());
+                return asked_to_yield(held);
             }
             Err(Failure::NotFound) => {
                 return Err(Renewal::Lost(

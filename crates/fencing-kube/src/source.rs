@@ -247,6 +247,17 @@ impl KubeLeaseSource {
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
         let (lease, create) = match (decide(view.as_ref(), observed_at, now, lock_delay)?, read) {
             (Decision::Held { .. }, _) => return Ok(None),
+            (Decision::Managed { strategy }, _) => {
+                return Err(Error::ManagedElsewhere {
+                    resource: resource.clone(),
+                    manager: format!(
+                        "kube-apiserver's coordinated leader election (Lease {}/{name} has strategy {strategy:?}); \
+                         candidates join it as LeaseCandidates (client-go's leaderelection.NewCandidate), \
+                         which fencing-kube does not do yet",
+                        self.namespace()
+                    ),
+                })
+            }
             (Decision::Create, _) => {
                 let lease = new_lease(name, holder, lease_seconds(&timings), SystemTime::now());
                 (lease, true)

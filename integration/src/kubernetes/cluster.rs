@@ -511,6 +511,11 @@ impl KubeCluster {
             ))
             .arg(format!("--client-ca-file={}", pki.ca.display()))
             .arg("--authorization-mode=RBAC")
+            // Coordinated leader election (KEP-4355, beta and off by
+            // default in 1.36): without the gate the apiserver drops a
+            // Lease's strategy and preferredHolder from every write.
+            .arg("--feature-gates=CoordinatedLeaderElection=true")
+            .arg("--runtime-config=coordination.k8s.io/v1beta1=true")
             .arg("--service-account-issuer=https://kubernetes.default.svc")
             .arg(format!(
                 "--service-account-key-file={}",
