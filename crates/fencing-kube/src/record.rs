@@ -634,6 +634,18 @@ mod tests {
         assert!(GrantKey::decode("no-separators", "me").is_err());
     }
 
+    proptest! {
+        /// KEP-5504 (stable in Kubernetes 1.35) orders resourceVersions as
+        /// decimal integers without leading zeros: the longer is later, and
+        /// of equal length the lexically greater. Tokens keep that order.
+        #[test]
+        fn tokens_order_as_kep_5504_orders_resource_versions(a in 1u64.., b in 1u64..) {
+            let (ra, rb) = (a.to_string(), b.to_string());
+            let kep = (ra.len(), ra.as_str()).cmp(&(rb.len(), rb.as_str()));
+            prop_assert_eq!(parse_rv(&ra).unwrap().cmp(&parse_rv(&rb).unwrap()), kep);
+        }
+    }
+
     #[test]
     fn resource_versions_as_tokens() {
         assert_eq!(parse_rv("12345").unwrap(), FencingToken::new(12345));
