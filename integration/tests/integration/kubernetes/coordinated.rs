@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use fencing::{AcquireOptions, Error, FencingSource, LossReason, ResourceName};
-use fencing_integration::kubernetes::fixture::{KubeFixture, TEST_LEASE};
+use fencing_integration::kubernetes::fixture::{KubeFixture, TEST_LEASE, TEST_RETRY};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
@@ -20,7 +20,8 @@ fn r(name: &str) -> ResourceName {
 /// with an error that names the strategy, and is left as it was; a holder
 /// whose Lease's preferredHolder comes to name someone else yields:
 /// `lost()` fires with `Yielded` while the Lease still names it, and its
-/// release lets the next candidate in with a higher token.
+/// release lets the next candidate in with a higher token, for whom the
+/// request left in the Lease is stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_of_the_coordinated_election_are_left_to_it() {
     let f = KubeFixture::start().await;
@@ -75,5 +76,12 @@ async fn leases_of_the_coordinated_election_are_left_to_it() {
     grant.release().await.unwrap();
     let next = b.acquire(&moved, &wait).await.unwrap();
     assert!(next.token() > token, "{} after {token}", next.token());
+    // The request was for someone else, who never came: for the next holder
+    // it is stale, and it renews on.
+    let renewals = tokio::time::sleep(TEST_RETRY * 3);
+    tokio::select! {
+        reason = next.lost() => panic!("a stale preferredHolder made the next holder yield: {reason}"),
+        () = renewals => {}
+    }
     next.release().await.unwrap();
 }
