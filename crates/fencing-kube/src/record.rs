@@ -456,7 +456,13 @@ mod tests {
             let mut managed = view(holder, 15, 4);
             managed.strategy = Some("OldestEmulationVersion".into());
             assert_eq!(
-                decide(Some(&managed), t0, t0 + Duration::from_secs(60), Duration::ZERO).unwrap(),
+                decide(
+                    Some(&managed),
+                    t0,
+                    t0 + Duration::from_secs(60),
+                    Duration::ZERO
+                )
+                .unwrap(),
                 Decision::Managed {
                     strategy: "OldestEmulationVersion".into()
                 }
@@ -464,7 +470,11 @@ mod tests {
         }
         let mut lease = new_lease("l", "me", 15, SystemTime::now());
         lease.spec.as_mut().unwrap().strategy = Some(String::new());
-        assert_eq!(LeaseView::of(&lease).strategy, None, "an empty strategy is none");
+        assert_eq!(
+            LeaseView::of(&lease).strategy,
+            None,
+            "an empty strategy is none"
+        );
     }
 
     #[test]

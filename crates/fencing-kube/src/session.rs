@@ -24,10 +24,6 @@ pub(crate) struct Held {
     pub(crate) lease: Lease,
     pub(crate) key: GrantKey,
     pub(crate) token: FencingToken,
-    /// The Lease's preferredHolder when we were granted it: one already
-    /// there is stale (that identity did not take the Lease), and only a
-    /// new request makes us yield, or every holder would yield to it.
-    pub(crate) preferred_at_grant: Option<String>,
 }
 
 /// The backend half of a [`Grant`](fencing_core::Grant): owns the renew
@@ -196,18 +192,18 @@ async fn renew_loop(
 }
 
 /// A renewed Lease whose `preferredHolder` names another identity asks us
-/// to step down: the grant is reported lost ([`LossReason::Yielded`]) while
+/// to step down (the apiserver accepts the field only beside a `strategy`,
+/// so it appears while we hold the Lease, never before the grant): the grant is reported lost ([`LossReason::Yielded`]) while
 /// its lease still runs, so the work stops and the holder releases, as a
 /// client-go leader does when the coordinated election controller moves
 /// leadership.
 fn asked_to_yield(held: &Held) -> std::result::Result<(), Renewal> {
-    let view = LeaseView::of(&held.lease);
-    match view.asks_to_yield(&held.key.holder) {
-        Some(next) if Some(next) != held.preferred_at_grant.as_deref() => Err(Renewal::Lost(
+    match LeaseView::of(&held.lease).asks_to_yield(&held.key.holder) {
+        Some(next) => Err(Renewal::Lost(
             LossReason::Yielded,
             format!("the Lease's preferredHolder names {next:?}"),
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 

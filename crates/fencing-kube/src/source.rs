@@ -432,12 +432,7 @@ impl KubeLeaseSource {
             .with_lease(timings.lease_duration, timings.retry_period);
         tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
         let tracker = LeaseTracker::new(sent, timings.renew_deadline);
-        let held = Held {
-            preferred_at_grant: view.preferred.clone(),
-            lease,
-            key,
-            token,
-        };
+        let held = Held { lease, key, token };
         let backend = KubeGrant::start(self.inner.leases.clone(), held, tracker.clone(), timings);
         Ok(fencing_core::backend::grant(
             info,
