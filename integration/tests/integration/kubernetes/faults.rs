@@ -149,14 +149,22 @@ async fn etcd_restart_while_held() {
     held_across(Bounce::Etcd).await;
 }
 
-/// A release sent while the apiserver is down is retried once it is back,
-/// rather than leaving the Lease naming a holder that is gone: a Lease has
-/// no expiry at the server, so the record would stay until another
-/// candidate took it over (a campaign's hygiene check found one).
+/// A Lease has no expiry at the server: one left naming a holder that is
+/// gone stays until another candidate judges it expired (the campaign's
+/// hygiene check found two ways in). One apiserver for both checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back() {
+async fn no_lease_stays_named_to_a_holder_that_is_gone() {
     let mut f = KubeFixture::start().await;
-    let a = patient_source(&f).await;
+    a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(&mut f).await;
+    an_acquire_cut_off_during_its_write_leaves_the_lease_free(&f).await;
+}
+
+/// A release sent while the apiserver is down is retried once it is back,
+/// rather than leaving the Lease naming a holder that is gone.
+async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(
+    f: &mut KubeFixture,
+) {
+    let a = patient_source(f).await;
     let lock = r("released-late");
     let opts = AcquireOptions::new().timeout(Duration::from_secs(30));
     let g = a.acquire(&lock, &opts).await.unwrap();
@@ -185,11 +193,9 @@ async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(
 /// it), and its answer lost (the connection cut after the write was sent).
 /// Each is swept over cut points until several writes landed unanswered;
 /// after `close()` the Lease must be free every time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free() {
+async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free(f: &KubeFixture) {
     use fencing_integration::kubernetes::cluster::KubeUser;
     use fencing_integration::net::proxy::Proxy;
-    let f = KubeFixture::start().await;
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
     let transitions = |name: &'static str| {
@@ -331,34 +337,4 @@ async fn concurrent_candidates_never_both_hold() {
         .filter(|e| matches!(e, fencing_testkit::Event::Granted { .. }))
         .count();
     assert_eq!(grants, CANDIDATES * ROUNDS);
-}
-
-/// Other candidates wait `leaseDurationSeconds`, so it must never be written
-/// shorter than the lease the holder counts on. Timings set through the
-/// public field (which neither builder nor URL parser rounds): lease 1.9 s,
-/// renew deadline 1.5 s. The Lease said 1 s when the seconds were
-/// truncated, so others could take it at 1 s while `lost()` fired at 1.35 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fractional_lease_duration_is_written_rounded_up() {
-    use fencing_integration::kubernetes::cluster::KubeUser;
-    use k8s_openapi::api::coordination::v1::Lease;
-
-    let f = KubeFixture::start().await;
-    let mut options = f.options();
-    options.timings.lease_duration = Duration::from_millis(1_900);
-    options.timings.renew_deadline = Duration::from_millis(1_500);
-    options.timings.retry_period = Duration::from_millis(500);
-    let source = KubeLeaseSource::connect(f.config(KubeUser::LeaseUser).options(options))
-        .await
-        .unwrap();
-    let grant = source
-        .acquire(&r("fractional"), &AcquireOptions::new())
-        .await
-        .unwrap();
-    let client = f.cluster(|c| c.admin_client());
-    let leases: kube::Api<Lease> = kube::Api::namespaced(client, f.namespace());
-    let lease = leases.get("fractional").await.unwrap();
-    let seconds = lease.spec.and_then(|s| s.lease_duration_seconds);
-    assert_eq!(seconds, Some(2), "1.9 s written as whole seconds");
-    grant.release().await.unwrap();
 }

@@ -1,9 +1,9 @@
 //! A kube-apiserver on its own etcd.
 
 mod conformance;
-mod coordinated;
 mod faults;
 mod harness;
 mod in_cluster;
 mod interop;
+mod lease_fields;
 mod security;
