@@ -15,6 +15,7 @@ use fencing_testkit::{Client, Harness};
 
 use crate::etcd::fixture::Partition;
 use crate::kubernetes::cluster::{KubeCluster, KubeUser};
+use crate::net::proxy::Proxy;
 
 /// Lease duration the kube tests use (whole seconds, as Leases count).
 pub const TEST_LEASE: Duration = Duration::from_secs(3);
@@ -206,10 +207,24 @@ impl KubeFixture {
         path
     }
 
+    /// The apiserver's `host:port`.
+    fn server_address(&self) -> String {
+        self.server_url.trim_start_matches("https://").to_owned()
+    }
+
+    /// A proxy in front of the apiserver, for a test to cut, blackhole or
+    /// drop replies; [`KubeFixture::kubeconfig_via`] points a client at it.
+    pub async fn proxy(&self) -> Proxy {
+        let target = self.server_address().parse().expect("apiserver address");
+        Proxy::start(target)
+            .await
+            .expect("proxy in front of the apiserver")
+    }
+
     /// A `lease-user` client whose connections go through a proxy the test
     /// can blackhole.
     pub async fn partitionable_source(&self) -> (KubeLeaseSource, Partition) {
-        let target = self.server_url.trim_start_matches("https://").to_owned();
+        let target = self.server_address();
         let (partition, endpoints) = Partition::around(vec![target]).await;
         let kubeconfig = self.kubeconfig_via(KubeUser::LeaseUser, &endpoints[0]);
         let source = KubeLeaseSource::connect(self.config_with(kubeconfig))

@@ -195,7 +195,6 @@ async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(
 /// after `close()` the Lease must be free every time.
 async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free(f: &KubeFixture) {
     use fencing_integration::kubernetes::cluster::KubeUser;
-    use fencing_integration::net::proxy::Proxy;
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
     let transitions = |name: &'static str| {
@@ -205,12 +204,7 @@ async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free(f: &KubeFixtu
             lease.and_then(|l| l.spec?.lease_transitions).unwrap_or(-1)
         }
     };
-    let target = f
-        .server_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    let proxy = Proxy::start(target).await.unwrap();
+    let proxy = f.proxy().await;
     let kubeconfig = f.kubeconfig_via(KubeUser::LeaseUser, &proxy.endpoint());
     let a = KubeLeaseSource::connect(f.config_with(kubeconfig))
         .await
@@ -220,7 +214,7 @@ async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free(f: &KubeFixtu
         let lock = r(name);
         let (mut landed, mut cut) = (0, Duration::ZERO);
         while landed < 3 && cut < Duration::from_millis(300) {
-            cut += Duration::from_micros(500);
+            cut += Duration::from_micros(100);
             let before = transitions(name).await;
             let outcome = if cut_connection {
                 let acquire = tokio::spawn({

@@ -10,7 +10,6 @@ use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
 use fencing_integration::kubernetes::cluster::{KubeUser, OTHER_NAMESPACE};
 use fencing_integration::kubernetes::fixture::{KubeFixture, TEST_LEASE, TEST_RETRY};
 use fencing_integration::kubernetes::rbac::lease_user_rbac;
-use fencing_integration::net::proxy::Proxy;
 use fencing_kube::{KubeLeaseConfig, KubeLeaseSource};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -280,12 +279,7 @@ async fn bad_configuration_gives_typed_errors_naming_the_problem() {
 
     // A server that accepts connections but never answers: a timeout
     // naming it, within the request timeout.
-    let target = f
-        .server_url()
-        .trim_start_matches("https://")
-        .parse()
-        .unwrap();
-    let proxy = Proxy::start(target).await.unwrap();
+    let proxy = f.proxy().await;
     proxy.set_blackhole(true);
     let silent = f.kubeconfig_via(KubeUser::LeaseUser, &proxy.endpoint());
     let started = std::time::Instant::now();
