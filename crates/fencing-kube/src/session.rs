@@ -103,21 +103,47 @@ impl GrantBackend for KubeGrant {
     async fn release(self: Box<Self>) -> Result<()> {
         self.stop.cancel();
         let mut held = self.state.lock().await;
-        let give_up = Instant::now() + self.release_for;
-        let mut pause = std::time::Duration::from_millis(100);
+        let mut backoff = Backoff::within(self.release_for);
         loop {
             let error = match clear(&self.leases, &mut held).await {
                 Ok(()) => return Ok(()),
                 Err(e @ Error::Config(_)) => return Err(e),
                 Err(e) => e,
             };
-            if Instant::now() + pause >= give_up {
+            if !backoff.pause("kube release", &held.key.name, &error).await {
                 return Err(error);
             }
-            tracing::warn!(lease = %held.key.name, error = %error, retry_in = ?pause, "kube release failed; retrying");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_secs(1));
         }
+    }
+}
+
+/// The pauses between attempts of a write that must land for the Lease not
+/// to go on naming a holder that is gone: from 100 ms, doubling up to 1 s,
+/// for as long as the lease duration (after it, any candidate may take the
+/// Lease over anyway).
+pub(crate) struct Backoff {
+    give_up: Instant,
+    pause: std::time::Duration,
+}
+
+impl Backoff {
+    pub(crate) fn within(limit: std::time::Duration) -> Self {
+        Backoff {
+            give_up: Instant::now() + limit,
+            pause: std::time::Duration::from_millis(100),
+        }
+    }
+
+    /// Logs the failed attempt and waits before the next; false (without
+    /// waiting) when the next would start too late.
+    pub(crate) async fn pause(&mut self, what: &str, lease: &str, error: &Error) -> bool {
+        if Instant::now() + self.pause >= self.give_up {
+            return false;
+        }
+        tracing::warn!(lease, error = %error, retry_in = ?self.pause, "{what} failed; retrying");
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(std::time::Duration::from_secs(1));
+        true
     }
 }
 

@@ -24,7 +24,7 @@ use crate::record::{
     carries_write, decide, new_lease, observe, parse_rv, released_lease, taken_lease, Decision,
     GrantKey, LeaseView, Observed,
 };
-use crate::session::{Held, KubeGrant};
+use crate::session::{Backoff, Held, KubeGrant};
 
 /// A [`FencingSource`](fencing_core::FencingSource) whose locks are Kubernetes Leases, compatible with
 /// client-go's `leaderelection` with a `LeaseLock`.
@@ -359,41 +359,50 @@ impl KubeLeaseSource {
     }
 
     /// Clears the grant `written` made if it landed although its answer was
-    /// lost; retried until the lease duration, after which any candidate
-    /// may take the Lease anyway.
+    /// lost; retried for up to the lease duration, after which any
+    /// candidate may take the Lease anyway.
     async fn undo_if_landed(&self, written: &Lease, within: Duration) {
-        let leases = &self.inner.leases;
-        let name = written.metadata.name.clone().unwrap_or_default();
-        let give_up = Instant::now() + within;
-        let mut pause = Duration::from_millis(100);
+        let name = written.metadata.name.as_deref().unwrap_or_default();
+        let mut backoff = Backoff::within(within);
         loop {
-            let outcome: Result<()> = match leases.get(&name).await {
-                Ok(Some(current)) if carries_write(&current, written) => {
-                    match leases
-                        .replace(&released_lease(current, SystemTime::now()))
-                        .await
-                    {
-                        Ok(_) => {
-                            tracing::info!(lease = name, "cleared a grant whose answer was lost");
-                            return;
-                        }
-                        Err(Failure::NotFound) => return,
-                        // Changed since the read: look again.
-                        Err(Failure::Conflict) => continue,
-                        Err(f) => Err(f.into_error(leases.call("release", &name))),
-                    }
-                }
-                Ok(_) => return,
-                Err(e) => Err(e),
+            let error = match self.undo_once(name, written).await {
+                Ok(()) => return,
+                Err(e) => e,
             };
-            if let Err(e) = outcome {
-                if Instant::now() + pause >= give_up {
-                    tracing::warn!(lease = name, error = %e, "could not check for a grant whose answer was lost");
-                    return;
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+            if !backoff
+                .pause("kube check for an unanswered grant", name, &error)
+                .await
+            {
+                tracing::warn!(lease = name, error = %error, "could not check for a grant whose answer was lost");
+                return;
             }
+        }
+    }
+
+    /// One look for the grant `written` made: released if it landed and the
+    /// Lease still carries it.
+    async fn undo_once(&self, name: &str, written: &Lease) -> Result<()> {
+        let leases = &self.inner.leases;
+        let Some(current) = leases.get(name).await? else {
+            return Ok(());
+        };
+        if !carries_write(&current, written) {
+            return Ok(());
+        }
+        match leases
+            .replace(&released_lease(current, SystemTime::now()))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(lease = name, "cleared a grant whose answer was lost");
+                Ok(())
+            }
+            Err(Failure::NotFound) => Ok(()),
+            Err(Failure::Conflict) => Err(Error::backend(
+                leases.call("release", name).to_string(),
+                "the Lease changed since it was read",
+            )),
+            Err(f) => Err(f.into_error(leases.call("release", name))),
         }
     }
 
