@@ -130,7 +130,8 @@ struct Inner {
     /// being woken by each renewal.
     clock: Arc<Mutex<Clock>>,
     lost: CancellationToken,
-    reason: Mutex<Option<LossReason>>,
+    /// The first reason given, and when it was given.
+    reason: Mutex<Option<(LossReason, Instant)>>,
 }
 
 /// A lease's local deadline and the send time of its latest confirmed
@@ -247,7 +248,7 @@ impl LeaseTracker {
     pub fn mark_lost(&self, reason: LossReason, detail: &str) {
         let mut slot = lock(&self.inner.reason);
         if slot.is_none() {
-            *slot = Some(reason);
+            *slot = Some((reason, Instant::now()));
             tracing::debug!(%reason, detail, "grant marked lost");
             crate::metrics::grant_lost(reason);
         }
@@ -278,10 +279,21 @@ impl LeaseTracker {
     /// Why the grant is lost, once it is.
     #[must_use]
     pub fn loss_reason(&self) -> Option<LossReason> {
-        if let Some(r) = *lock(&self.inner.reason) {
+        if let Some((r, _)) = *lock(&self.inner.reason) {
             return Some(r);
         }
         (!self.is_live()).then_some(LossReason::ExpiredLocally)
+    }
+
+    /// When the grant was lost on the local clock, once it is: the local
+    /// deadline, or the moment the loss was reported if that came first.
+    #[must_use]
+    pub fn lost_at(&self) -> Option<Instant> {
+        let deadline = self.deadline();
+        match *lock(&self.inner.reason) {
+            Some((_, marked)) => Some(marked.min(deadline)),
+            None => (Instant::now() >= deadline).then_some(deadline),
+        }
     }
 
     /// Resolves when the grant is lost: reported by the backend, or the local
@@ -360,6 +372,25 @@ impl LeaseView {
     #[must_use]
     pub fn loss_reason(&self) -> Option<LossReason> {
         self.0.loss_reason()
+    }
+
+    /// When the grant was lost on the local clock, once it is: the local
+    /// deadline, or the moment the loss was reported if that came first.
+    /// Holders that look at [`lost`](Self::lost) only between steps of
+    /// work learn from it how long they went on after the loss.
+    ///
+    /// ```
+    /// # fn f(grant: fencing_core::Grant) {
+    /// let lease = grant.lease();
+    /// // ... a step of work ...
+    /// if let Some(at) = lease.lost_at() {
+    ///     eprintln!("worked on for {:?} after the grant was lost", at.elapsed());
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.0.lost_at()
     }
 
     /// Resolves when the grant is lost, with the reason.
@@ -507,6 +538,28 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(t.renewed(Instant::now(), ttl));
         assert_eq!(t.deadline(), start + Duration::from_secs(12));
+    }
+
+    /// `lost_at` names when the loss happened, not when someone looked:
+    /// the deadline for an expiry noticed late, the report for a loss
+    /// reported before the deadline, and stays put after that.
+    #[tokio::test(start_paused = true)]
+    async fn lost_at_is_the_deadline_or_the_earlier_report() {
+        let ttl = Duration::from_secs(10);
+        let start = Instant::now();
+        let expired = LeaseTracker::new(start, ttl);
+        assert_eq!(expired.lost_at(), None);
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(expired.lost_at(), Some(start + Duration::from_secs(9)));
+        expired.mark_lost(LossReason::SessionExpired, "reported late");
+        assert_eq!(expired.lost_at(), Some(start + Duration::from_secs(9)));
+
+        let reported = LeaseTracker::new(Instant::now(), ttl);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let at = Instant::now();
+        reported.mark_lost(LossReason::DeletedAtServer, "key deleted");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert_eq!(reported.view().lost_at(), Some(at));
     }
 
     #[tokio::test(start_paused = true)]

@@ -239,6 +239,26 @@ fn locks_in_range(arg: &str) -> Result<usize, String> {
     }
 }
 
+/// With `RUST_LOG` set, a client logs the library to its stderr (its log
+/// file in the run's folder), each line stamped with the monotonic
+/// nanoseconds the history's `at_ns` uses, so that a loss or a grant can
+/// be laid against the history and the members' logs.
+fn log_on_the_history_clock() {
+    struct HistoryClock;
+    impl tracing_subscriber::fmt::time::FormatTime for HistoryClock {
+        fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+            write!(w, "{}", fencing_integration::campaign::client::monotonic_ns())
+        }
+    }
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(HistoryClock)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -509,6 +529,7 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(3);
 const WRITE_EVERY: Duration = Duration::from_millis(25);
 
 async fn client_main(args: ClientArgs) -> ExitCode {
+    log_on_the_history_clock();
     let name = args.name;
     let resource = match ResourceName::new(args.lock) {
         Ok(r) => r,

@@ -410,20 +410,25 @@ async fn hold_once(
     granted(io, &plan.resource, token).await;
     let until = tokio::time::Instant::now() + hold;
     // lost() is watched during the writes too, so the loss is reported
-    // when it fires, not when a slow write returns.
+    // when it fires, not when a slow write returns. A write that returns
+    // as the loss fires (the task polled once for both, after a stall)
+    // must not turn the loss into a release: the tracker's loss is
+    // reported, at the instant the library marked it.
     let lost = if plan.careless {
         writer.write_until(token, Some(&grant), until).await;
         None
     } else {
         tokio::select! {
+            biased;
             reason = grant.lost() => Some(reason),
-            () = writer.write_until(token, Some(&grant), until) => None,
+            () = writer.write_until(token, Some(&grant), until) => grant.lease().loss_reason(),
         }
     };
     writer.cut_short().await;
     match lost {
         Some(reason) => {
-            lost_it(io, &plan.resource, token, reason.to_string()).await;
+            let at = grant.lease().lost_at();
+            lost_it(io, &plan.resource, token, reason.to_string(), at).await;
             let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
         }
         None => {
@@ -464,7 +469,7 @@ async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Durat
     match (outcome, term) {
         (Ok(()), _) => {}
         (Err(Error::Lost { reason, .. }), Some(token)) => {
-            lost_it(io, &resource, token, reason).await
+            lost_it(io, &resource, token, reason, None).await
         }
         (Err(e), _) => {
             eprintln!("elector: {e}");
@@ -501,8 +506,16 @@ async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: Fenci
     let _ = writer.io.reply(id).await;
 }
 
-async fn lost_it(io: &Io, resource: &ResourceName, token: FencingToken, reason: String) {
-    let at_ns = Some(monotonic_ns());
+/// Reports a loss, as of `at` (the tracker's loss instant) or now.
+async fn lost_it(
+    io: &Io,
+    resource: &ResourceName,
+    token: FencingToken,
+    reason: String,
+    at: Option<tokio::time::Instant>,
+) {
+    let ago = at.map_or(0, |at| at.elapsed().as_nanos());
+    let at_ns = Some(monotonic_ns().saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX)));
     let resource = resource.as_str().to_owned();
     let token = token.get();
     io.send(ClientLine::Lost {
