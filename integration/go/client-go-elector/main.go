@@ -20,6 +20,9 @@
 //	--pause D                wait D between two rounds (default 0)
 //	--gate-url URL           while leading, send --writes PUT requests to URL
 //	--writes K               with header "Fencing-Token: <token>" (default 3)
+//	--coordinated B[:E]      join coordinated leader election: a LeaseCandidate
+//	                         named --identity, binary version B, emulation
+//	                         version E (default B), and Coordinated: true
 //
 // `client-go-elector campaign [flags]` is instead the anchor client of the
 // Rust fault campaign: see campaign.go.
@@ -80,6 +83,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // requestTimeout bounds the token read and every gate request.
@@ -93,6 +98,7 @@ type options struct {
 	hold, pause                           time.Duration
 	gateURL                               string
 	writes                                int
+	coordinated                           string
 }
 
 func parseFlags() (options, error) {
@@ -110,6 +116,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.pause, "pause", 0, "wait between two rounds")
 	flag.StringVar(&o.gateURL, "gate-url", "", "send PUT requests with the Fencing-Token header here while leading")
 	flag.IntVar(&o.writes, "writes", 3, "how many gate PUT requests per term")
+	flag.StringVar(&o.coordinated, "coordinated", "", "BINARY[:EMULATION]: campaign through coordinated leader election")
 	flag.Parse()
 	for flagName, v := range map[string]string{"kubeconfig": o.kubeconfig, "namespace": o.namespace, "name": o.name, "identity": o.identity} {
 		if v == "" {
@@ -187,6 +194,11 @@ func main() {
 		}()
 	}
 
+	if o.coordinated != "" {
+		if err := candidate(root, clients, o); err != nil {
+			fail("coordinated candidate: %v", err)
+		}
+	}
 	emit(event{Event: "started"})
 	for round := 1; round <= o.rounds && root.Err() == nil; round++ {
 		if round > 1 && o.pause > 0 {
@@ -227,6 +239,7 @@ func campaign(root context.Context, clients *kubernetes.Clientset, o options, ro
 		RenewDeadline:   o.renewDeadline,
 		RetryPeriod:     o.retry,
 		ReleaseOnCancel: o.releaseOnCancel,
+		Coordinated:     o.coordinated != "",
 		Name:            "client-go-elector",
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(termCtx context.Context) {
@@ -328,4 +341,21 @@ func gateWrite(ctx context.Context, o options, token string, round, seq int) (in
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// candidate publishes this program's LeaseCandidate (named --identity) and
+// keeps answering the election controller's pings until root ends.
+func candidate(root context.Context, clients *kubernetes.Clientset, o options) error {
+	binary, emulation, found := strings.Cut(o.coordinated, ":")
+	if !found {
+		emulation = binary
+	}
+	lc, waiter, err := leaderelection.NewCandidate(clients, o.namespace, o.identity, o.name,
+		binary, emulation, coordinationv1.OldestEmulationVersion)
+	if err != nil {
+		return err
+	}
+	go lc.Run(root)
+	waiter.WaitForCacheSync(root.Done())
+	return nil
 }
