@@ -254,6 +254,7 @@ fn log_on_the_history_clock() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_timer(HistoryClock)
+            .with_ansi(false)
             .with_writer(std::io::stderr)
             .try_init();
     }

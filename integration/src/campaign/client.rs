@@ -407,7 +407,7 @@ async fn hold_once(
         }
     };
     let (io, token) = (writer.io, grant.token());
-    granted(io, &plan.resource, token).await;
+    let granted_ns = granted(io, &plan.resource, token).await;
     let until = tokio::time::Instant::now() + hold;
     // lost() is watched during the writes too, so the loss is reported
     // when it fires, not when a slow write returns. A write that returns
@@ -427,7 +427,9 @@ async fn hold_once(
     writer.cut_short().await;
     match lost {
         Some(reason) => {
-            let at = grant.lease().lost_at();
+            // A grant can die in the moment between the acquire's return
+            // and its stamp: the loss is never stamped before the grant.
+            let at = grant.lease().lost_at().map(|at| (at, granted_ns));
             lost_it(io, &plan.resource, token, reason.to_string(), at).await;
             let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
         }
@@ -478,16 +480,18 @@ async fn lead_once(elector: &LeaderElector, writer: &mut Writer<'_>, hold: Durat
     }
 }
 
-async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) {
+/// Reports a grant; returns its stamp.
+async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) -> u64 {
     let resource = resource.as_str().to_owned();
     let token = token.get();
-    let at_ns = Some(monotonic_ns());
+    let now = monotonic_ns();
     io.send(ClientLine::Grant {
         resource,
         token,
-        at_ns,
+        at_ns: Some(now),
     })
     .await;
+    now
 }
 
 async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: FencingToken) {
@@ -506,16 +510,20 @@ async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: Fenci
     let _ = writer.io.reply(id).await;
 }
 
-/// Reports a loss, as of `at` (the tracker's loss instant) or now.
+/// Reports a loss, as of `at` (the tracker's loss instant, but not before
+/// the grant's stamp given with it) or now.
 async fn lost_it(
     io: &Io,
     resource: &ResourceName,
     token: FencingToken,
     reason: String,
-    at: Option<tokio::time::Instant>,
+    at: Option<(tokio::time::Instant, u64)>,
 ) {
-    let ago = at.map_or(0, |at| at.elapsed().as_nanos());
-    let at_ns = Some(monotonic_ns().saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX)));
+    let now = monotonic_ns();
+    let at_ns = Some(at.map_or(now, |(at, not_before)| {
+        let ago = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now.saturating_sub(ago).max(not_before)
+    }));
     let resource = resource.as_str().to_owned();
     let token = token.get();
     io.send(ClientLine::Lost {
