@@ -64,6 +64,12 @@ pub struct ElectArgs {
     /// Wait between campaign attempts after an error (client-go RetryPeriod)
     #[arg(long, value_name = "SECS", default_value = "2", value_parser = source_arg::seconds, allow_negative_numbers = true)]
     retry_period: Duration,
+
+    /// Join kube-apiserver's coordinated leader election as a LeaseCandidate
+    /// of this binary version, optionally emulating an older one
+    /// (kube:// only; versions MAJOR.MINOR.PATCH, e.g. 1.36.0:1.35.0)
+    #[arg(long, value_name = "BINARY[:EMULATION]")]
+    coordinated: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -89,7 +95,8 @@ pub async fn elect(args: ElectArgs) -> Result<()> {
         .lease_duration(args.lease_duration)
         .renew_deadline(args.renew_deadline)
         .retry_period(args.retry_period);
-    let elector = elector(&args.source, &args.election, config).await?;
+    let source = coordinated_url(&args.source, args.coordinated.as_deref())?;
+    let elector = elector(&source, &args.election, config).await?;
     let name = args.election.as_str();
     loop {
         let leadership = tokio::select! {
@@ -145,6 +152,32 @@ pub async fn observe(args: ObserveArgs) -> Result<()> {
             ),
         }
     }
+}
+
+/// The source URL with `--coordinated`'s versions as its parameters.
+fn coordinated_url(url: &str, versions: Option<&str>) -> Result<String> {
+    let Some(versions) = versions else {
+        return Ok(url.to_owned());
+    };
+    let refuse = |why: String| source_arg::classify(fencing::Error::Config(why), "--coordinated");
+    if !url.to_ascii_lowercase().starts_with("kube://") {
+        return Err(refuse(
+            "coordinated election is Kubernetes' (a kube:// source)".into(),
+        ));
+    }
+    if !versions
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b == b'.' || b == b':')
+    {
+        return Err(refuse(format!(
+            "{versions:?} is not BINARY[:EMULATION] with versions MAJOR.MINOR.PATCH"
+        )));
+    }
+    let (binary, emulation) = versions.split_once(':').unwrap_or((versions, versions));
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!(
+        "{url}{separator}coordinated=true&binary_version={binary}&emulation_version={emulation}"
+    ))
 }
 
 async fn elector(url: &str, election: &str, config: ElectionConfig) -> Result<LeaderElector> {

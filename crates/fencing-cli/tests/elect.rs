@@ -181,6 +181,54 @@ fn command_line_mistakes_are_one_line_and_exit_2() {
             ],
             "--election",
         ),
+        (
+            &[
+                "elect",
+                "--source",
+                &url,
+                "--election",
+                "e",
+                "--coordinated",
+                "1.36.0",
+            ],
+            "kube://",
+        ),
+        (
+            &[
+                "elect",
+                "--source",
+                "kube://ns",
+                "--election",
+                "e",
+                "--coordinated",
+                "1.36",
+            ],
+            "MAJOR.MINOR.PATCH",
+        ),
+        (
+            &[
+                "elect",
+                "--source",
+                "kube://ns",
+                "--election",
+                "e",
+                "--coordinated",
+                "1.0.0&ttl=1",
+            ],
+            "BINARY[:EMULATION]",
+        ),
+        (
+            &[
+                "elect",
+                "--source",
+                "kube://ns",
+                "--election",
+                "e",
+                "--coordinated",
+                "1.0.0:1.0.1",
+            ],
+            "above binary version",
+        ),
         (&["observe", "--source", &url], "--election"),
         // Refused before connecting: nothing listens on port 1.
         (

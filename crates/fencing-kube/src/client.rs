@@ -84,6 +84,7 @@ impl Leases {
     pub(crate) fn call<'a>(&'a self, verb: &'static str, name: &'a str) -> Call<'a> {
         Call {
             verb,
+            kind: "Lease",
             namespace: &self.namespace,
             name,
             server: &self.server,
@@ -116,11 +117,7 @@ impl Leases {
         call: Call<'_>,
         fut: impl Future<Output = kube::Result<T>>,
     ) -> std::result::Result<T, Failure> {
-        match tokio::time::timeout(self.limit, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(call, e, self.limit)),
-            Err(_) => Err(Failure::Other(timed_out(call, self.limit))),
-        }
+        bounded(self.limit, call, fut).await
     }
 
     /// The underlying client.
@@ -133,6 +130,7 @@ impl Leases {
     pub(crate) async fn probe(&self) -> Result<()> {
         let call = Call {
             verb: "reach the apiserver (GET /version)",
+            kind: "",
             namespace: &self.namespace,
             name: "",
             server: &self.server,
@@ -176,5 +174,18 @@ impl Leases {
         let call = self.call("update", name);
         self.run(call, self.api.replace(name, &PostParams::default(), lease))
             .await
+    }
+}
+
+/// One apiserver call under `limit`, its error sorted by [`classify`].
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    call: Call<'_>,
+    fut: impl Future<Output = kube::Result<T>>,
+) -> std::result::Result<T, Failure> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(call, e, limit)),
+        Err(_) => Err(Failure::Other(timed_out(call, limit))),
     }
 }

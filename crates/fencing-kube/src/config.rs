@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencing_core::backend::{positive_seconds, UrlParts};
 use fencing_core::{Error, Result};
 
+use crate::candidate::Candidacy;
 use crate::names::check_namespace;
 
 use fencing_core::LeaderTimings;
@@ -59,6 +60,9 @@ pub struct LeaseOptions {
     /// apiserver URL. Set it when several URLs reach one cluster (proxies,
     /// several apiservers) so grants validate across them.
     pub cluster: Option<String>,
+    /// Join kube-apiserver's coordinated leader election instead of taking
+    /// Leases ourselves: see [`LeaseOptions::coordinated`].
+    pub coordinated: Option<Candidacy>,
 }
 
 impl Default for LeaseOptions {
@@ -67,6 +71,7 @@ impl Default for LeaseOptions {
             timings: LeaderTimings::default(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             cluster: None,
+            coordinated: None,
         }
     }
 }
@@ -115,13 +120,40 @@ impl LeaseOptions {
         self
     }
 
+    /// Acquires through kube-apiserver's coordinated leader election
+    /// (Kubernetes 1.33+ with the `CoordinatedLeaderElection` feature gate
+    /// and `coordination.k8s.io/v1beta1` served): an acquire publishes a
+    /// LeaseCandidate named after the holder identity (which must then be
+    /// a DNS-1123 subdomain), answers the controller's pings, and waits
+    /// until the controller names the holder in the Lease; the grant then
+    /// renews the Lease itself. Its token is the resourceVersion of the
+    /// grant's first write, made with the controller's write as its
+    /// precondition, so tokens still grow from term to term. When the
+    /// controller prefers another candidate (`preferredHolder`), the grant
+    /// is lost with [`LossReason::Yielded`](fencing_core::LossReason::Yielded);
+    /// a release also deletes the LeaseCandidate.
+    ///
+    /// The controller judges expiry from the Lease's `renewTime` on the
+    /// apiserver's wall clock, which our renewals write from ours: the
+    /// margin between lease duration and renew deadline must also cover
+    /// the skew between the two clocks.
+    #[must_use]
+    pub fn coordinated(mut self, candidacy: Candidacy) -> Self {
+        self.coordinated = Some(candidacy);
+        self
+    }
+
     /// client-go's rule: lease duration > renew deadline > 1.2 x retry
-    /// period, all positive; otherwise [`Error::Config`].
+    /// period, all positive; a valid [`Candidacy`] if coordinated;
+    /// otherwise [`Error::Config`].
     pub fn check(&self) -> Result<()> {
         if self.request_timeout.is_zero() {
             return Err(Error::Config(
                 "Kubernetes request timeout must be positive".into(),
             ));
+        }
+        if let Some(c) = &self.coordinated {
+            c.check()?;
         }
         self.timings.check()
     }
@@ -215,6 +247,9 @@ impl KubeLeaseConfig {
 
     /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`.
     ///
+    /// `coordinated=true&binary_version=X.Y.Z[&emulation_version=X.Y.Z]`
+    /// joins coordinated leader election ([`LeaseOptions::coordinated`]).
+    ///
     /// `lease_duration=` is a synonym of `ttl=`. A TTL given without
     /// `renew_deadline=` and `retry_period=` scales them as an acquire's TTL
     /// does (client-go's 15 : 10 : 2 when the defaults do not fit under it);
@@ -249,6 +284,7 @@ impl KubeLeaseConfig {
             let o = &mut cfg.options;
             o.timings = o.grant_timings(Some(o.timings.lease_duration));
         }
+        cfg.options.coordinated = candidacy(&url).map_err(|why| bad(&why))?;
         cfg.options.check().map_err(|e| bad(&e.to_string()))?;
         Ok(cfg)
     }
@@ -272,13 +308,35 @@ impl KubeLeaseConfig {
             "renew_deadline" => o.timings.renew_deadline = secs("renew_deadline")?,
             "retry_period" => o.timings.retry_period = secs("retry_period")?,
             "timeout" => o.request_timeout = secs("timeout")?,
+            // Read together by `candidacy`.
+            "coordinated" | "binary_version" | "emulation_version" => {}
             other => {
                 return Err(format!(
-                "unknown parameter {other:?} (known: kubeconfig, context, cluster, ttl, lease_duration, renew_deadline, retry_period, timeout)"
+                "unknown parameter {other:?} (known: kubeconfig, context, cluster, ttl, lease_duration, renew_deadline, retry_period, timeout, coordinated, binary_version, emulation_version)"
             ))
             }
         }
         Ok(())
+    }
+}
+
+/// The candidacy of `coordinated=true&binary_version=..&emulation_version=..`.
+fn candidacy(url: &UrlParts) -> std::result::Result<Option<Candidacy>, String> {
+    let (binary, emulation) = (url.param("binary_version"), url.param("emulation_version"));
+    match url.param("coordinated") {
+        None | Some("false") if binary.is_none() && emulation.is_none() => Ok(None),
+        None | Some("false") => {
+            Err("binary_version= and emulation_version= need coordinated=true".into())
+        }
+        Some("true") => {
+            let binary = binary.ok_or("coordinated=true needs binary_version=MAJOR.MINOR.PATCH")?;
+            let c = Candidacy::new(binary).map_err(|e| e.to_string())?;
+            match emulation {
+                Some(v) => c.emulation_version(v).map(Some).map_err(|e| e.to_string()),
+                None => Ok(Some(c)),
+            }
+        }
+        Some(other) => Err(format!("coordinated={other:?} is not true or false")),
     }
 }
 
@@ -352,6 +410,51 @@ mod tests {
                 "must be greater than renew_deadline",
             ),
             ("kube://a?renew_deadline=2", "1.2 x retry_period"),
+        ] {
+            let msg = config_err(url);
+            assert!(msg.contains(needle), "{url}: {msg}");
+        }
+    }
+
+    #[test]
+    fn coordinated_urls_name_their_versions() {
+        let c = KubeLeaseConfig::from_url(
+            "kube://a?coordinated=true&binary_version=1.36.1&emulation_version=1.35.0",
+        )
+        .unwrap();
+        let candidacy = c.options.coordinated.unwrap();
+        assert_eq!(
+            (
+                candidacy.binary_version.as_str(),
+                candidacy.emulation_version.as_str()
+            ),
+            ("1.36.1", "1.35.0")
+        );
+        let c =
+            KubeLeaseConfig::from_url("kube://a?coordinated=true&binary_version=2.0.0").unwrap();
+        assert_eq!(c.options.coordinated.unwrap().emulation_version, "2.0.0");
+        assert_eq!(
+            KubeLeaseConfig::from_url("kube://a?coordinated=false")
+                .unwrap()
+                .options
+                .coordinated,
+            None
+        );
+        for (url, needle) in [
+            ("kube://a?coordinated=true", "needs binary_version="),
+            ("kube://a?binary_version=1.0.0", "need coordinated=true"),
+            (
+                "kube://a?coordinated=yes&binary_version=1.0.0",
+                "not true or false",
+            ),
+            (
+                "kube://a?coordinated=true&binary_version=1.36",
+                "MAJOR.MINOR.PATCH",
+            ),
+            (
+                "kube://a?coordinated=true&binary_version=1.0.0&emulation_version=1.0.1",
+                "above binary version",
+            ),
         ] {
             let msg = config_err(url);
             assert!(msg.contains(needle), "{url}: {msg}");

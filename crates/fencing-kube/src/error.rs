@@ -7,6 +7,8 @@ use fencing_core::Error;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call<'a> {
     pub(crate) verb: &'static str,
+    /// `Lease` or `LeaseCandidate`.
+    pub(crate) kind: &'static str,
     pub(crate) namespace: &'a str,
     pub(crate) name: &'a str,
     pub(crate) server: &'a str,
@@ -19,8 +21,8 @@ impl std::fmt::Display for Call<'_> {
         } else {
             write!(
                 f,
-                "{} Lease {}/{} on {}",
-                self.verb, self.namespace, self.name, self.server
+                "{} {} {}/{} on {}",
+                self.verb, self.kind, self.namespace, self.name, self.server
             )
         }
     }
@@ -65,8 +67,9 @@ pub(crate) fn classify(call: Call<'_>, err: kube::Error, limit: std::time::Durat
                 status.message
             ))),
             403 => Failure::Other(Error::PermissionDenied(format!(
-                "{call}: forbidden (403); the user needs RBAC verb {:?} on leases.coordination.k8s.io in namespace {:?}: {}",
+                "{call}: forbidden (403); the user needs RBAC verb {:?} on {}.coordination.k8s.io in namespace {:?}: {}",
                 rbac_verb(call.verb),
+                if call.kind == "LeaseCandidate" { "leasecandidates" } else { "leases" },
                 call.namespace,
                 status.message
             ))),
@@ -116,6 +119,7 @@ fn rbac_verb(verb: &str) -> &'static str {
     match verb {
         "create" => "create",
         "get" => "get",
+        "delete" => "delete",
         _ => "update",
     }
 }

@@ -34,6 +34,12 @@
 //!   is ignored. For a client-go holder `holder()` reports the Lease's
 //!   current resourceVersion, a version written during its tenure.
 //!
+//! **Coordinated leader election** (KEP-4355): a Lease whose `strategy` is
+//! set belongs to kube-apiserver's election controller; a plain acquire
+//! refuses it ([`Error::ManagedElsewhere`](fencing_core::Error::ManagedElsewhere)),
+//! and a source made with [`LeaseOptions::coordinated`] joins that
+//! election as a `LeaseCandidate` instead.
+//!
 //! RBAC needed in the namespace: `get`, `create` and `update` on
 //! `leases.coordination.k8s.io` (see `deploy/kubernetes/rbac.yaml`).
 //!
@@ -52,6 +58,7 @@
 //! # Ok(()) }
 //! ```
 
+mod candidate;
 mod client;
 mod config;
 mod error;
@@ -60,6 +67,7 @@ mod record;
 mod session;
 mod source;
 
+pub use candidate::{Candidacy, OLDEST_EMULATION_VERSION};
 pub use config::{KubeLeaseConfig, LeaseOptions, DEFAULT_REQUEST_TIMEOUT};
 pub use record::TOKEN_ANNOTATION;
 pub use source::KubeLeaseSource;

@@ -89,13 +89,18 @@ impl LeaseView {
         if self.holder.is_empty() {
             return Ok(None);
         }
-        let recorded = self.note.as_deref().and_then(|n| {
+        let token = parse_rv(self.recorded_token().unwrap_or(&self.rv))?;
+        Ok(Some((self.holder.clone(), token)))
+    }
+
+    /// The token our holder recorded in [`TOKEN_ANNOTATION`], if the note
+    /// is for the current holder and transitions count.
+    fn recorded_token(&self) -> Option<&str> {
+        self.note.as_deref().and_then(|n| {
             let mut parts = n.splitn(3, ';');
             let (rv, transitions, holder) = (parts.next()?, parts.next()?, parts.next()?);
             (transitions.parse() == Ok(self.transitions) && holder == self.holder).then_some(rv)
-        });
-        let token = parse_rv(recorded.unwrap_or(&self.rv))?;
-        Ok(Some((self.holder.clone(), token)))
+        })
     }
 }
 
@@ -216,6 +221,51 @@ pub(crate) fn decide(
         holder: lease.holder.clone(),
         until,
     })
+}
+
+/// What a coordinated candidate does with what it read: the controller,
+/// not the candidates, names the holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Coordinated {
+    /// Not (or no longer, or not yet safely) ours: look again later.
+    Wait,
+    /// The controller named us: write our first renewal, with this
+    /// transitions count, on its write as the precondition.
+    Take { transitions: i32 },
+}
+
+/// The decision for coordinated candidate `holder`. A Lease the controller
+/// names us in, but that carries a renewal by our identity in its current
+/// transitions count, is a term of ours still running or left by a former
+/// run of this identity (the controller keeps annotations and counts no
+/// transitions): as in [`decide`], it is taken only once it has not changed
+/// for its lease duration, since the former run may still be alive.
+pub(crate) fn decide_coordinated(
+    current: Option<&LeaseView>,
+    holder: &str,
+    observed_at: Instant,
+    now: Instant,
+) -> Result<Coordinated> {
+    let Some(lease) = current else {
+        return Ok(Coordinated::Wait);
+    };
+    if lease.strategy.is_none() || lease.holder != holder || lease.asks_to_yield(holder).is_some() {
+        return Ok(Coordinated::Wait);
+    }
+    let ours_before = lease.recorded_token().is_some();
+    if ours_before && now <= observed_at + lease.duration {
+        return Ok(Coordinated::Wait);
+    }
+    let transitions = lease.transitions.checked_add(1).ok_or_else(|| {
+        Error::backend(
+            "kube acquire",
+            format!(
+                "leaseTransitions of Lease {:?} is at its maximum",
+                lease.uid
+            ),
+        )
+    })?;
+    Ok(Coordinated::Take { transitions })
 }
 
 /// A MicroTime for a wall-clock instant. Only informational for us (expiry
@@ -409,6 +459,57 @@ mod tests {
         let mut stored = created.clone();
         stored.metadata.uid = Some("u9".into());
         assert!(carries_write(&stored, &created));
+    }
+
+    /// Only the controller names a coordinated holder; one that carries a
+    /// renewal of ours in its transitions count (a former run of our
+    /// identity) is taken only once it has been still for its duration.
+    #[test]
+    fn a_coordinated_candidate_takes_only_what_the_controller_named_it_in() {
+        let t0 = Instant::now();
+        let named = |holder: &str| LeaseView {
+            strategy: Some("OldestEmulationVersion".into()),
+            ..view(holder, 5, 2)
+        };
+        let decide =
+            |v: Option<&LeaseView>, at: Instant| decide_coordinated(v, "me", t0, at).unwrap();
+        assert_eq!(
+            decide(Some(&named("me")), t0),
+            Coordinated::Take { transitions: 3 }
+        );
+        assert_eq!(decide(None, t0), Coordinated::Wait);
+        assert_eq!(decide(Some(&named("other")), t0), Coordinated::Wait);
+        assert_eq!(
+            decide(Some(&view("me", 5, 2)), t0),
+            Coordinated::Wait,
+            "no strategy"
+        );
+        let leaving = LeaseView {
+            preferred: Some("other".into()),
+            ..named("me")
+        };
+        assert_eq!(decide(Some(&leaving), t0), Coordinated::Wait);
+        let former = LeaseView {
+            note: Some("90;2;me".into()),
+            ..named("me")
+        };
+        assert_eq!(
+            decide(Some(&former), t0 + Duration::from_secs(5)),
+            Coordinated::Wait
+        );
+        assert_eq!(
+            decide(Some(&former), t0 + Duration::from_secs(6)),
+            Coordinated::Take { transitions: 3 }
+        );
+        // A note from an earlier transitions count is not a term of ours.
+        let stale = LeaseView {
+            note: Some("90;1;me".into()),
+            ..named("me")
+        };
+        assert_eq!(
+            decide(Some(&stale), t0),
+            Coordinated::Take { transitions: 3 }
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::candidate::Candidate;
 use crate::client::Leases;
 use crate::error::Failure;
 use crate::record::{released_lease, renewed_lease, GrantKey, LeaseView};
@@ -38,6 +39,8 @@ pub(crate) struct KubeGrant {
     /// How long a release keeps retrying a failed write: the lease
     /// duration, after which any candidate may take the Lease over anyway.
     release_for: std::time::Duration,
+    /// Our LeaseCandidate in coordinated election, kept while we hold.
+    candidate: Option<Candidate>,
 }
 
 impl KubeGrant {
@@ -57,6 +60,7 @@ impl KubeGrant {
         held: Held,
         tracker: LeaseTracker,
         timings: LeaderTimings,
+        candidate: Option<Candidate>,
     ) -> Self {
         let state = Arc::new(AsyncMutex::new(held));
         let stop = CancellationToken::new();
@@ -75,6 +79,7 @@ impl KubeGrant {
             stop,
             task,
             release_for: timings.lease_duration,
+            candidate,
         }
     }
 }
@@ -104,6 +109,13 @@ impl GrantBackend for KubeGrant {
         self.stop.cancel();
         let mut held = self.state.lock().await;
         let mut backoff = Backoff::within(self.release_for);
+        // Withdrawn first: the controller elects someone else when the
+        // Lease goes free, not us again.
+        if let Some(candidate) = &self.candidate {
+            if let Err(e) = candidate.leave().await {
+                tracing::warn!(lease = %held.key.name, error = %e, "could not delete our LeaseCandidate");
+            }
+        }
         loop {
             let error = match clear(&self.leases, &mut held).await {
                 Ok(()) => return Ok(()),

@@ -16,13 +16,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::candidate::{check_identity, Candidacy, Candidate, Candidates};
 use crate::client::{client_config, Leases};
 use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
-    carries_write, decide, new_lease, observe, parse_rv, released_lease, taken_lease, Decision,
-    GrantKey, LeaseView, Observed,
+    carries_write, decide, decide_coordinated, new_lease, observe, parse_rv, released_lease,
+    taken_lease, Coordinated, Decision, GrantKey, LeaseView, Observed,
 };
 use crate::session::{Backoff, Held, KubeGrant};
 
@@ -57,6 +58,7 @@ pub struct KubeLeaseSource {
 
 struct Inner {
     leases: Leases,
+    candidates: Candidates,
     options: LeaseOptions,
     identity: SourceId,
     holder: String,
@@ -123,6 +125,12 @@ impl KubeLeaseSource {
         let cluster = options.cluster.clone().unwrap_or_else(|| server.to_owned());
         Ok(KubeLeaseSource {
             inner: Arc::new(Inner {
+                candidates: Candidates::new(
+                    client.clone(),
+                    namespace,
+                    server,
+                    options.request_timeout,
+                ),
                 leases: Leases::new(client, namespace, server, options.request_timeout),
                 identity: SourceId::new(format!("kube:{cluster}/{namespace}")),
                 options,
@@ -183,6 +191,11 @@ impl KubeLeaseSource {
                 "holder identity must not be empty (an empty holderIdentity marks a free Lease)"
                     .into(),
             ));
+        }
+        if let Some(candidacy) = &self.inner.options.coordinated {
+            return self
+                .take_coordinated(resource, name, holder, candidacy, timings, wait)
+                .await;
         }
         // Whether this wait has already been allowed to read the Lease.
         let mut read_before = false;
@@ -252,8 +265,8 @@ impl KubeLeaseSource {
                     resource: resource.clone(),
                     manager: format!(
                         "kube-apiserver's coordinated leader election (Lease {}/{name} has strategy {strategy:?}); \
-                         candidates join it as LeaseCandidates (client-go's leaderelection.NewCandidate), \
-                         which fencing-kube does not do yet",
+                         join it as a candidate with LeaseOptions::coordinated \
+                         (kube://NAMESPACE?coordinated=true&binary_version=X.Y.Z)",
                         self.namespace()
                     ),
                 })
@@ -279,7 +292,81 @@ impl KubeLeaseSource {
                 ))
             }
         };
-        self.write_owned(resource, lease, create, timings).await
+        self.write_owned(resource, lease, create, timings, None)
+            .await
+    }
+
+    /// Coordinated leader election: publish our candidacy, then look every
+    /// retry period for the controller naming us; see
+    /// [`LeaseOptions::coordinated`](crate::LeaseOptions::coordinated).
+    async fn take_coordinated(
+        &self,
+        resource: &ResourceName,
+        name: &str,
+        holder: &str,
+        candidacy: &Candidacy,
+        timings: LeaderTimings,
+        wait: bool,
+    ) -> Result<Option<Grant>> {
+        check_identity(holder)?;
+        let candidate = Candidate::join(
+            &self.inner.candidates,
+            name,
+            holder,
+            candidacy,
+            timings.retry_period,
+            &self.inner.background,
+        )
+        .await?;
+        loop {
+            match self
+                .attempt_coordinated(resource, name, holder, timings, &candidate)
+                .await
+            {
+                Ok(Some(grant)) => return Ok(Some(grant)),
+                Ok(None) if !wait => return Ok(None),
+                Ok(None) => {}
+                Err(
+                    e @ (Error::Timeout { .. } | Error::Backend { .. } | Error::Unreachable { .. }),
+                ) if wait => {
+                    tracing::warn!(lease = name, error = %e, "kube coordinated acquire attempt failed; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
+        }
+    }
+
+    /// One read and, if the controller named us, our first renewal.
+    async fn attempt_coordinated(
+        &self,
+        resource: &ResourceName,
+        name: &str,
+        holder: &str,
+        timings: LeaderTimings,
+        candidate: &Candidate,
+    ) -> Result<Option<Grant>> {
+        let read = self.inner.leases.get(name).await?;
+        let now = Instant::now();
+        let view = read.as_ref().map(LeaseView::of);
+        let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
+        match (
+            decide_coordinated(view.as_ref(), holder, observed_at, now)?,
+            read,
+        ) {
+            (Coordinated::Take { transitions }, Some(read)) => {
+                let lease = taken_lease(
+                    read,
+                    holder,
+                    lease_seconds(&timings),
+                    transitions,
+                    SystemTime::now(),
+                );
+                self.write_owned(resource, lease, false, timings, Some(candidate.clone()))
+                    .await
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Writes the grant in a task the source owns, so that dropping the
@@ -295,12 +382,15 @@ impl KubeLeaseSource {
         lease: Lease,
         create: bool,
         timings: LeaderTimings,
+        candidate: Option<Candidate>,
     ) -> Result<Option<Grant>> {
         let (answer_tx, answer) = tokio::sync::oneshot::channel();
         let (this, resource) = (self.clone(), resource.clone());
         self.inner.background.spawn(async move {
             let sent = Instant::now();
-            let (result, unknown) = this.write_grant(&resource, &lease, create, sent, timings).await;
+            let (result, unknown) = this
+                .write_grant(&resource, &lease, create, sent, timings, candidate)
+                .await;
             if let Err(Ok(Some(grant))) = answer_tx.send(result) {
                 tracing::debug!(%resource, token = %grant.token(), "kube acquire abandoned after its write; releasing");
                 if let Err(e) = grant.release().await {
@@ -328,6 +418,7 @@ impl KubeLeaseSource {
         create: bool,
         sent: Instant,
         timings: LeaderTimings,
+        candidate: Option<Candidate>,
     ) -> (Result<Option<Grant>>, bool) {
         let leases = &self.inner.leases;
         let written = if create {
@@ -338,7 +429,7 @@ impl KubeLeaseSource {
         let holder = LeaseView::of(lease).holder;
         match written {
             Ok(written) => (
-                self.grant(resource, written, &holder, sent, timings)
+                self.grant(resource, written, &holder, sent, timings, candidate)
                     .await
                     .map(Some),
                 false,
@@ -414,6 +505,7 @@ impl KubeLeaseSource {
         holder: &str,
         sent: Instant,
         timings: LeaderTimings,
+        candidate: Option<Candidate>,
     ) -> Result<Grant> {
         let view = LeaseView::of(&lease);
         let token = match parse_rv(&view.rv) {
@@ -442,7 +534,13 @@ impl KubeLeaseSource {
         tracing::debug!(lease = %resource, %token, transitions = key.transitions, "kube grant");
         let tracker = LeaseTracker::new(sent, timings.renew_deadline);
         let held = Held { lease, key, token };
-        let backend = KubeGrant::start(self.inner.leases.clone(), held, tracker.clone(), timings);
+        let backend = KubeGrant::start(
+            self.inner.leases.clone(),
+            held,
+            tracker.clone(),
+            timings,
+            candidate,
+        );
         Ok(fencing_core::backend::grant(
             info,
             tracker,

@@ -246,8 +246,15 @@ fn locks_in_range(arg: &str) -> Result<usize, String> {
 fn log_on_the_history_clock() {
     struct HistoryClock;
     impl tracing_subscriber::fmt::time::FormatTime for HistoryClock {
-        fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-            write!(w, "{}", fencing_integration::campaign::client::monotonic_ns())
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            write!(
+                w,
+                "{}",
+                fencing_integration::campaign::client::monotonic_ns()
+            )
         }
     }
     if std::env::var_os("RUST_LOG").is_some() {

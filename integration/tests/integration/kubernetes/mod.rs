@@ -1,6 +1,7 @@
 //! A kube-apiserver on its own etcd.
 
 mod conformance;
+mod coordinated;
 mod faults;
 mod harness;
 mod in_cluster;
