@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds integration/java/curator-mutex (Apache Curator's InterProcessMutex,
-# used by ZooKeeper interop tests) into one runnable jar in the fencing cache.
+# Builds integration/anchors/java/curator-mutex (Apache Curator's
+# InterProcessMutex, used by ZooKeeper interop tests) into one runnable jar in
+# the fencing cache.
 # Idempotent: rebuilds only when the sources' content hash changed or the jar
 # is missing, and prints one line saying which. Run it from any directory;
 # it leaves no target/ directory in the work tree.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-src=integration/java/curator-mutex
+src=integration/anchors/java/curator-mutex
 bin_dir="${FENCING_CACHE:-$HOME/.cache/fencing}/bin"
 jar="$bin_dir/curator-mutex.jar"
 stamp="$jar.stamp"

@@ -1,6 +1,8 @@
 # Shared by scripts/install/*.sh (sourced, not run): builds one Go program of
-# integration/go into ${FENCING_CACHE:-$HOME/.cache/fencing}/bin, or reuses
-# the binary when its sources have not changed. Prints one line saying which.
+# integration/anchors/go into ${FENCING_CACHE:-$HOME/.cache/fencing}/bin, or
+# reuses the binary when its sources (its own and those of the local modules
+# its go.mod replaces, such as ../lineproto) have not changed. Prints one line
+# saying which.
 
 # build_go_program LABEL SOURCE_DIR BINARY_NAME
 build_go_program() {
@@ -13,8 +15,13 @@ build_go_program() {
 
     # A content hash rather than mtimes (a fresh clone gives every file a new
     # mtime); the Go version is part of it, so a toolchain change rebuilds.
+    # Local replacements ("=> ../lineproto") are sources too.
+    local dirs=("$src") dir
+    while read -r dir; do
+        dirs+=("$src/$dir")
+    done < <(awk '/=>/ && $NF ~ /^\.\.?\// { print $NF }' "$src/go.mod")
     local hash
-    hash=$( { go version; find "$src" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
+    hash=$( { go version; find "${dirs[@]}" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
               -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)
 
     if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$hash" ]]; then

@@ -74,8 +74,9 @@ pub fn apiserver_binary() -> Result<PathBuf, HarnessError> {
     )
 }
 
-/// The client-go leader-election program (`integration/go/client-go-elector`)
-/// as built by `scripts/install/client-go-interop.sh`, or
+/// The client-go leader-election program
+/// (`integration/anchors/go/client-go-elector`) as built by
+/// `scripts/install/client-go-interop.sh`, or
 /// [`HarnessError::MissingBinary`] naming that script.
 pub fn client_go_elector_binary() -> Result<PathBuf, HarnessError> {
     cached_binary("client-go-elector", "scripts/install/client-go-interop.sh")

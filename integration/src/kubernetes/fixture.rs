@@ -25,7 +25,8 @@ pub const TEST_RENEW: Duration = Duration::from_secs(2);
 /// Retry period: renewals and waiting candidates' polls.
 pub const TEST_RETRY: Duration = Duration::from_millis(500);
 /// The same timings as flags of the client-go program
-/// (integration/go/client-go-elector), so Go candidates play by our rules.
+/// (integration/anchors/go/client-go-elector), so Go candidates play by our
+/// rules.
 pub fn client_go_timing_flags() -> Vec<String> {
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     vec![

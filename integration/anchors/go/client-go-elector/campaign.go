@@ -18,9 +18,7 @@ package main
 // "The token" in main.go).
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"fencing.local/lineproto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,79 +37,10 @@ import (
 )
 
 const (
-	// replyLimit matches the Rust clients' write limit.
-	replyLimit = 2 * time.Second
 	// acquireLimit bounds one acquire, as the Rust clients wait.
 	acquireLimit = 5 * time.Second
 	writeEvery   = 25 * time.Millisecond
 )
-
-type reply struct {
-	ID       uint64 `json:"id"`
-	Accepted bool   `json:"accepted"`
-}
-
-// anchor is the campaign client's state.
-type anchor struct {
-	resource string
-	replies  chan reply
-	stopped  chan struct{}
-	nextID   uint64
-	value    uint64
-	out      sync.Mutex
-}
-
-// send writes one line of the campaign protocol: {"kind": {fields}}.
-func (a *anchor) send(kind string, fields map[string]any) {
-	fields["resource"] = a.resource
-	b, _ := json.Marshal(map[string]any{kind: fields})
-	a.out.Lock()
-	defer a.out.Unlock()
-	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
-		os.Exit(0) // the controller is gone
-	}
-}
-
-// await waits for the answer to request id; false when none came in time.
-func (a *anchor) await(id uint64) bool {
-	deadline := time.After(replyLimit)
-	for {
-		select {
-		case r := <-a.replies:
-			if r.ID == id {
-				return r.Accepted
-			}
-		case <-a.stopped:
-			return false
-		case <-deadline:
-			return false
-		}
-	}
-}
-
-// readStdin passes answers on and closes stopped when stdin closes.
-func (a *anchor) readStdin() {
-	scanner := bufio.NewScanner(os.Stdin)
-	for scanner.Scan() {
-		var r reply
-		if json.Unmarshal(scanner.Bytes(), &r) == nil {
-			select {
-			case a.replies <- r:
-			default: // nobody waits for it any more
-			}
-		}
-	}
-	close(a.stopped)
-}
-
-func (a *anchor) stopping() bool {
-	select {
-	case <-a.stopped:
-		return true
-	default:
-		return false
-	}
-}
 
 type campaignOptions struct {
 	namespace, lock, identity           string
@@ -163,16 +93,16 @@ func runCampaign(args []string) error {
 		longHold:      time.Duration(*longHoldMs) * time.Millisecond,
 		longPercent:   *longPercent,
 	}
-	a := &anchor{resource: *lock, replies: make(chan reply, 64), stopped: make(chan struct{})}
-	go a.readStdin()
+	// true: once stdin has closed, Await gives up at once.
+	a := lineproto.NewAnchor(*lock, true)
 	rng := rand.New(rand.NewSource(*seed))
-	for !a.stopping() {
+	for !a.Stopping() {
 		// The Rust clients' mix: mostly 10-150 ms, some from 1 s up.
 		hold := time.Duration(10+rng.Intn(141)) * time.Millisecond
 		if rng.Intn(100) < o.longPercent {
 			hold = time.Duration(1000+rng.Intn(int(o.longHold/time.Millisecond)-999)) * time.Millisecond
 		}
-		if err := a.holdOnce(clients, o, hold); err != nil {
+		if err := holdOnce(a, clients, o, hold); err != nil {
 			return err
 		}
 	}
@@ -191,8 +121,8 @@ type term struct {
 
 // holdOnce runs one election: acquire (bounded), lead for hold writing
 // every 25 ms, release. It returns once client-go's goroutines are done.
-func (a *anchor) holdOnce(clients *kubernetes.Clientset, o campaignOptions, hold time.Duration) error {
-	a.send("acquire_start", map[string]any{})
+func holdOnce(a *lineproto.Anchor, clients *kubernetes.Clientset, o campaignOptions, hold time.Duration) error {
+	a.Send("acquire_start", map[string]any{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	t := &term{}
@@ -228,7 +158,7 @@ func (a *anchor) holdOnce(clients *kubernetes.Clientset, o campaignOptions, hold
 				leading.Add(1)
 				t.mu.Unlock()
 				defer leading.Done()
-				a.lead(termCtx, clients, o, t, hold)
+				leadTerm(termCtx, a, clients, o, t, hold)
 				cancel() // the hold is over: release
 			},
 			OnStoppedLeading: func() {
@@ -236,7 +166,7 @@ func (a *anchor) holdOnce(clients *kubernetes.Clientset, o campaignOptions, hold
 				defer t.mu.Unlock()
 				if t.granted && !t.ended {
 					t.ended = true
-					a.send("lost", map[string]any{"token": t.token, "reason": "OnStoppedLeading"})
+					a.Send("lost", map[string]any{"token": t.token, "reason": "OnStoppedLeading"})
 				}
 			},
 		},
@@ -255,10 +185,10 @@ func (a *anchor) holdOnce(clients *kubernetes.Clientset, o campaignOptions, hold
 	return nil
 }
 
-// lead reads the token, then writes every 25 ms until the hold or the term
-// ends, and reports the release unless the loss was reported.
-func (a *anchor) lead(termCtx context.Context, clients *kubernetes.Clientset, o campaignOptions, t *term, hold time.Duration) {
-	readCtx, cancelRead := context.WithTimeout(termCtx, replyLimit)
+// leadTerm reads the token, then writes every 25 ms until the hold or the
+// term ends, and reports the release unless the loss was reported.
+func leadTerm(termCtx context.Context, a *lineproto.Anchor, clients *kubernetes.Clientset, o campaignOptions, t *term, hold time.Duration) {
+	readCtx, cancelRead := context.WithTimeout(termCtx, lineproto.ReplyLimit)
 	lease, err := clients.CoordinationV1().Leases(o.namespace).Get(readCtx, o.lock, metav1.GetOptions{})
 	cancelRead()
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != o.identity {
@@ -277,19 +207,16 @@ func (a *anchor) lead(termCtx context.Context, clients *kubernetes.Clientset, o 
 		return
 	}
 	t.granted, t.token = true, token
-	a.send("grant", map[string]any{"token": token})
+	a.Send("grant", map[string]any{"token": token})
 	t.mu.Unlock()
 	until := time.Now().Add(hold)
-	for time.Now().Before(until) && !a.stopping() {
+	for time.Now().Before(until) && !a.Stopping() {
 		select {
 		case <-termCtx.Done():
 			return // lost: OnStoppedLeading reports it
 		case <-time.After(writeEvery):
 		}
-		a.nextID++
-		a.value++
-		a.send("mem_write", map[string]any{"id": a.nextID, "token": token, "value": a.value})
-		a.await(a.nextID)
+		a.MemWrite(token)
 	}
 	t.mu.Lock()
 	if t.ended {
@@ -297,9 +224,7 @@ func (a *anchor) lead(termCtx context.Context, clients *kubernetes.Clientset, o 
 		return
 	}
 	t.ended = true
-	a.nextID++
-	id := a.nextID
-	a.send("release", map[string]any{"token": token, "id": id})
+	id := a.SendRelease(token)
 	t.mu.Unlock()
-	a.await(id)
+	a.Await(id)
 }

@@ -29,8 +29,9 @@
 //
 // # Output
 //
-// One JSON object per line on stdout; every object has "event" and "t"
-// (unix nanoseconds when it was printed):
+// One JSON object per line on stdout (lineproto.Emit, shared with
+// etcd-mutex in ../lineproto); every object has "event" and "t" (unix
+// nanoseconds when it was printed):
 //
 //	{"event":"started"}                                  before the first campaign
 //	{"event":"new_leader","identity":ID}                 client-go's OnNewLeader (any holder, us too)
@@ -64,7 +65,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -84,6 +84,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"fencing.local/lineproto"
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
@@ -142,14 +143,12 @@ type event struct {
 	Status   int    `json:"status,omitempty"`
 }
 
-var outMu sync.Mutex
+// Stamp sets "t": lineproto.Emit calls it under its output lock, so the
+// stamps grow in output order.
+func (e *event) Stamp(unixNanos int64) { e.T = unixNanos }
 
 func emit(e event) {
-	outMu.Lock()
-	defer outMu.Unlock()
-	e.T = time.Now().UnixNano()
-	line, _ := json.Marshal(e)
-	os.Stdout.Write(append(line, '\n'))
+	lineproto.Emit(&e)
 }
 
 func fail(format string, args ...any) {

@@ -8,85 +8,16 @@ package main
 // demands instead that the storage refused its late writes.
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"math/rand"
-	"os"
-	"sync"
 	"time"
 
+	"fencing.local/lineproto"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
-
-// replyLimit matches the Rust clients' write limit.
-const replyLimit = 2 * time.Second
-
-type reply struct {
-	ID       uint64 `json:"id"`
-	Accepted bool   `json:"accepted"`
-}
-
-// anchor is one campaign client's state: where it sends lines and how it
-// waits for the controller's answers.
-type anchor struct {
-	resource string
-	replies  chan reply
-	stopped  chan struct{}
-	nextID   uint64
-	value    uint64
-	out      sync.Mutex
-}
-
-// send writes one line of the campaign protocol: {"kind": {fields}}.
-func (a *anchor) send(kind string, fields map[string]any) {
-	fields["resource"] = a.resource
-	b, _ := json.Marshal(map[string]any{kind: fields})
-	a.out.Lock()
-	defer a.out.Unlock()
-	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
-		os.Exit(0) // the controller is gone
-	}
-}
-
-// await waits for the answer to request id; false when none came in time.
-func (a *anchor) await(id uint64) bool {
-	deadline := time.After(replyLimit)
-	for {
-		select {
-		case r := <-a.replies:
-			if r.ID == id {
-				return r.Accepted
-			}
-		case <-deadline:
-			return false
-		}
-	}
-}
-
-// readStdin passes answers on and closes stopped when stdin closes.
-func (a *anchor) readStdin() {
-	scanner := bufio.NewScanner(os.Stdin)
-	for scanner.Scan() {
-		var r reply
-		if json.Unmarshal(scanner.Bytes(), &r) == nil {
-			a.replies <- r
-		}
-	}
-	close(a.stopped)
-}
-
-func (a *anchor) stopping() bool {
-	select {
-	case <-a.stopped:
-		return true
-	default:
-		return false
-	}
-}
 
 func runCampaign(args []string) error {
 	fs := flag.NewFlagSet("campaign", flag.ContinueOnError)
@@ -108,11 +39,11 @@ func runCampaign(args []string) error {
 		return err
 	}
 	defer cli.Close()
-	a := &anchor{resource: *resource, replies: make(chan reply, 64), stopped: make(chan struct{})}
-	go a.readStdin()
+	// false: once stdin has closed, Await still waits out the reply limit.
+	a := lineproto.NewAnchor(*resource, false)
 	rng := rand.New(rand.NewSource(*seed))
 	var session *concurrency.Session
-	for !a.stopping() {
+	for !a.Stopping() {
 		if session == nil || isDone(session) {
 			if session, err = newSession(cli, *ttl); err != nil {
 				session = nil
@@ -125,7 +56,7 @@ func runCampaign(args []string) error {
 		if rng.Intn(100) < *longPercent {
 			hold = time.Duration(1000+rng.Intn(*longHoldMs-999)) * time.Millisecond
 		}
-		a.holdOnce(cli, session, *prefix+"/"+*resource, hold)
+		holdOnce(a, cli, session, *prefix+"/"+*resource, hold)
 	}
 	if session != nil {
 		session.Close()
@@ -144,8 +75,8 @@ func isDone(s *concurrency.Session) bool {
 
 // holdOnce locks, writes every 25 ms for hold (or until the session ends),
 // and unlocks.
-func (a *anchor) holdOnce(cli *clientv3.Client, s *concurrency.Session, pfx string, hold time.Duration) {
-	a.send("acquire_start", map[string]any{})
+func holdOnce(a *lineproto.Anchor, cli *clientv3.Client, s *concurrency.Session, pfx string, hold time.Duration) {
+	a.Send("acquire_start", map[string]any{})
 	m := concurrency.NewMutex(s, pfx)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := m.Lock(ctx)
@@ -160,23 +91,18 @@ func (a *anchor) holdOnce(cli *clientv3.Client, s *concurrency.Session, pfx stri
 		return
 	}
 	token := kr.Kvs[0].CreateRevision
-	a.send("grant", map[string]any{"token": token})
+	a.Send("grant", map[string]any{"token": token})
 	until := time.Now().Add(hold)
-	for time.Now().Before(until) && !a.stopping() {
+	for time.Now().Before(until) && !a.Stopping() {
 		select {
 		case <-s.Done():
-			a.send("lost", map[string]any{"token": token, "reason": "session done"})
+			a.Send("lost", map[string]any{"token": token, "reason": "session done"})
 			return
 		case <-time.After(25 * time.Millisecond):
 		}
-		a.nextID++
-		a.value++
-		a.send("mem_write", map[string]any{"id": a.nextID, "token": token, "value": a.value})
-		a.await(a.nextID)
+		a.MemWrite(token)
 	}
-	a.nextID++
-	a.send("release", map[string]any{"token": token, "id": a.nextID})
-	a.await(a.nextID)
+	a.Await(a.SendRelease(token))
 	if unlock(m) != nil {
 		// The key may still be there: a new Mutex on this session would
 		// find it and "lock" again with the same revision. The session is

@@ -2,7 +2,10 @@ module fencing.local/etcd-mutex
 
 go 1.26.0
 
-require go.etcd.io/etcd/client/v3 v3.6.16
+require (
+	fencing.local/lineproto v0.0.0-00010101000000-000000000000
+	go.etcd.io/etcd/client/v3 v3.6.16
+)
 
 require (
 	github.com/coreos/go-semver v0.3.1 // indirect
@@ -22,3 +25,5 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
+
+replace fencing.local/lineproto => ../lineproto

@@ -6,12 +6,13 @@
 //!                     [--iterations N=200] [--settle-ms 150]
 //!
 //! - etcd: EtcdSource vs Go's `concurrency.Mutex`, the anchor being
-//!   `etcd-mutex bench` (integration/go/etcd-mutex/main.go);
+//!   `etcd-mutex bench` (integration/anchors/go/etcd-mutex/bench.go);
 //! - zk: ZkSource vs Apache Curator's `InterProcessMutex`, the anchor being
-//!   `java -jar curator-mutex.jar bench` (integration/java/curator-mutex);
+//!   `java -jar curator-mutex.jar bench` (integration/anchors/java/curator-mutex,
+//!   Bench.java);
 //! - kube: KubeLeaseSource vs client-go's leader election with a LeaseLock
-//!   (`client-go-elector`, integration/go/client-go-elector) on one real
-//!   kube-apiserver: acquire and release latency (uncontended) and crash
+//!   (`client-go-elector`, integration/anchors/go/client-go-elector) on one
+//!   real kube-apiserver: acquire and release latency (uncontended) and crash
 //!   failover (holder SIGKILLed -> next holder), see the `kube_bench` module.
 //!
 //! The Rust side mirrors the anchor's method step for step (which session
@@ -41,7 +42,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Same bounds as the anchors: a (possibly contended) acquire, and any other request.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-/// etcd: same session TTL as main.go (long enough that no renewal is ever late).
+/// etcd: same session TTL as etcd-mutex's bench.go (long enough that no renewal is ever late).
 const ETCD_TTL: Duration = Duration::from_secs(60);
 /// ZooKeeper: the session timeout of Curator's bench (its default
 /// --session-timeout-ms), passed to both sides.
@@ -486,8 +487,8 @@ where
             })
         };
         // B is queued once its node exists; settling then lets its watch on
-        // its predecessor get established (main.go explains why Go needs
-        // > 100 ms).
+        // its predecessor get established (etcd-mutex's bench.go explains
+        // why Go needs > 100 ms).
         wait_contenders(&count, 2, dir).await?;
         tokio::time::sleep(args.settle).await;
         let t0 = Instant::now();

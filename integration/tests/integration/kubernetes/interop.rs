@@ -1,6 +1,7 @@
 //! Rust and Go candidates on ONE Lease of a real kube-apiserver: a
 //! KubeLeaseSource and client-go's own leader election
-//! (`integration/go/client-go-elector`, LeaseLock) alternate leadership.
+//! (`integration/anchors/go/client-go-elector`, LeaseLock) alternate
+//! leadership.
 //!
 //! Both sides write, while they lead, to one gate: a tiny HTTP store on
 //! loopback that admits each PUT's `Fencing-Token` through a MemoryGate

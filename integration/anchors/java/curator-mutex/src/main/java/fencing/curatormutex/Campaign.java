@@ -14,10 +14,7 @@
 // Rust ZkSource mints for it. Closing stdin ends the program.
 package fencing.curatormutex;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -30,6 +27,8 @@ import java.util.regex.Pattern;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.state.ConnectionState;
+
+import fencing.curatormutex.LineProto.Failure;
 
 final class Campaign {
     /** The Rust clients' write limit: an answer later than this is no answer. */
@@ -55,21 +54,21 @@ final class Campaign {
     }
 
     static void run(String[] args) throws Exception {
-        Map<String, String> f = Main.parseFlags("campaign", args,
+        Map<String, String> f = LineProto.parseFlags("campaign", args,
                 List.of("connect", "path", "lock", "session-timeout-ms", "seed", "long-hold-ms", "long-percent"));
         String path = f.get("path");
         String lock = f.get("lock");
-        int sessionTimeoutMs = Main.intFlag(f, "session-timeout-ms", 1000);
-        int longHoldMs = Main.intFlag(f, "long-hold-ms", 3000);
-        int longPercent = Main.intFlag(f, "long-percent", 5);
+        int sessionTimeoutMs = LineProto.intFlag(f, "session-timeout-ms", 1000);
+        int longHoldMs = LineProto.intFlag(f, "long-hold-ms", 3000);
+        int longPercent = LineProto.intFlag(f, "long-percent", 5);
         long seed;
         try {
             seed = Long.parseLong(f.getOrDefault("seed", "1").trim());
         } catch (NumberFormatException e) {
-            throw new Main.Failure("--seed must be an integer, got \"" + f.get("seed") + "\"");
+            throw new Failure("--seed must be an integer, got \"" + f.get("seed") + "\"");
         }
         if (path == null || lock == null || sessionTimeoutMs <= 0 || longHoldMs < 1000) {
-            throw new Main.Failure("campaign needs --connect, --path, --lock, --session-timeout-ms > 0"
+            throw new Failure("campaign needs --connect, --path, --lock, --session-timeout-ms > 0"
                     + " and --long-hold-ms >= 1000");
         }
         Campaign a = new Campaign(lock);
@@ -78,7 +77,7 @@ final class Campaign {
         reader.start();
         // Not waiting to connect: a client restarted inside a partition
         // keeps trying (Curator reconnects) until stdin closes.
-        try (CuratorFramework client = Main.started(f.get("connect"), sessionTimeoutMs)) {
+        try (CuratorFramework client = Zk.started(f.get("connect"), sessionTimeoutMs)) {
             client.getConnectionStateListenable().addListener((c, state) -> {
                 if (state == ConnectionState.SUSPENDED || state == ConnectionState.LOST) {
                     a.lastInterruption = state.name();
@@ -104,7 +103,7 @@ final class Campaign {
     /** Locks, writes every 25 ms for hold ms (or until the connection is interrupted), and unlocks. */
     private void holdOnce(CuratorFramework client, String path, long hold) throws InterruptedException {
         send("acquire_start", "");
-        Main.OwnNodeMutex m = new Main.OwnNodeMutex(client, path);
+        Zk.OwnNodeMutex m = new Zk.OwnNodeMutex(client, path);
         boolean ok;
         try {
             ok = m.acquire(ACQUIRE_LIMIT_MS, TimeUnit.MILLISECONDS);
@@ -119,9 +118,9 @@ final class Campaign {
         long interrupted = interruptions.get();
         long token;
         try {
-            token = Main.ownToken(client, m, path);
+            token = Zk.ownToken(client, m, path);
         } catch (Exception e) {
-            System.err.println("campaign: no token after acquire: " + Main.describe(e));
+            System.err.println("campaign: no token after acquire: " + LineProto.describe(e));
             releaseQuietly(m);
             return;
         }
@@ -152,35 +151,31 @@ final class Campaign {
         releaseQuietly(m);
     }
 
-    private void lost(Main.OwnNodeMutex m, long token) {
+    private void lost(Zk.OwnNodeMutex m, long token) {
         StringBuilder reason = new StringBuilder(",\"reason\":");
-        Main.quote(reason, "connection " + lastInterruption);
+        LineProto.quote(reason, "connection " + lastInterruption);
         send("lost", ",\"token\":" + token + reason);
         releaseQuietly(m);
     }
 
     /** Gives the lock back; after a lost session there may be nothing left to give. */
-    private static void releaseQuietly(Main.OwnNodeMutex m) {
+    private static void releaseQuietly(Zk.OwnNodeMutex m) {
         try {
             m.release();
         } catch (Exception e) {
-            System.err.println("campaign: release: " + Main.describe(e));
+            System.err.println("campaign: release: " + LineProto.describe(e));
         }
     }
 
     /** One line of the protocol: {"kind":{"resource":..., fields}}. */
     private void send(String kind, String fields) {
         StringBuilder b = new StringBuilder(128).append('{');
-        Main.quote(b, kind);
+        LineProto.quote(b, kind);
         b.append(":{\"resource\":");
-        Main.quote(b, resource);
+        LineProto.quote(b, resource);
         b.append(fields).append("}}\n");
-        synchronized (System.out) {
-            System.out.print(b);
-            System.out.flush();
-            if (System.out.checkError()) {
-                System.exit(0); // the controller is gone
-            }
+        if (!LineProto.writeLine(b)) {
+            System.exit(0); // the controller is gone
         }
     }
 
@@ -201,9 +196,9 @@ final class Campaign {
 
     /** Passes answers on; sets stopped when stdin closes. */
     private void readStdin() {
-        try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+        try {
             String line;
-            while ((line = in.readLine()) != null) {
+            while ((line = LineProto.stdin().readLine()) != null) {
                 Matcher id = ID.matcher(line);
                 Matcher accepted = ACCEPTED.matcher(line);
                 if (id.find() && accepted.find()) {
@@ -211,7 +206,7 @@ final class Campaign {
                 }
             }
         } catch (IOException | NumberFormatException e) {
-            System.err.println("campaign: reading stdin: " + Main.describe(e));
+            System.err.println("campaign: reading stdin: " + LineProto.describe(e));
         }
         stopped = true;
     }

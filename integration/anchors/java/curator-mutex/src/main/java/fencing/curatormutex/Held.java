@@ -18,10 +18,7 @@
 // releases in flight.
 package fencing.curatormutex;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
 import java.lang.management.ManagementFactory;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -39,6 +36,8 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 
+import fencing.curatormutex.LineProto.Failure;
+
 final class Held {
     /** Bounds taking or releasing every lock (10,000 of them at worst). */
     static final long PHASE_LIMIT_S = 120;
@@ -46,28 +45,28 @@ final class Held {
     private Held() {}
 
     static void run(String[] args) throws Exception {
-        Map<String, String> f = Main.parseFlags("held", args, List.of("connect", "prefix", "count",
+        Map<String, String> f = LineProto.parseFlags("held", args, List.of("connect", "prefix", "count",
                 "in-flight", "release-in-flight", "session-timeout-ms", "warmup"));
         String prefix = f.get("prefix");
-        int count = Main.intFlag(f, "count", 0);
-        int inFlight = Main.intFlag(f, "in-flight", 64);
-        int releaseInFlight = Main.intFlag(f, "release-in-flight", 1);
-        int sessionTimeoutMs = Main.intFlag(f, "session-timeout-ms", 10_000);
-        int warmup = Main.intFlag(f, "warmup", 0);
+        int count = LineProto.intFlag(f, "count", 0);
+        int inFlight = LineProto.intFlag(f, "in-flight", 64);
+        int releaseInFlight = LineProto.intFlag(f, "release-in-flight", 1);
+        int sessionTimeoutMs = LineProto.intFlag(f, "session-timeout-ms", 10_000);
+        int warmup = LineProto.intFlag(f, "warmup", 0);
         if (prefix == null || count <= 0 || inFlight <= 0 || releaseInFlight <= 0 || sessionTimeoutMs <= 0
                 || warmup < 0) {
-            throw new Main.Failure("held needs --prefix, --count > 0, --in-flight > 0, --release-in-flight > 0, "
+            throw new Failure("held needs --prefix, --count > 0, --in-flight > 0, --release-in-flight > 0, "
                     + "--session-timeout-ms > 0 and --warmup >= 0");
         }
         long started = System.nanoTime();
-        try (CuratorFramework client = Main.connect(f.get("connect"), sessionTimeoutMs)) {
+        try (CuratorFramework client = Zk.connect(f.get("connect"), sessionTimeoutMs)) {
             for (int i = 0; i < warmup; i++) {
                 String path = prefix + "/warm-up-" + i;
                 InterProcessMutex m = new InterProcessMutex(client, path);
-                Main.acquire(m, path);
-                Main.release(m, path);
+                Zk.acquire(m, path);
+                Zk.release(m, path);
             }
-            Main.emit(Main.event("connected"));
+            LineProto.emit(LineProto.event("connected"));
             new Held().hold(client, prefix, count, inFlight, releaseInFlight, started);
         }
     }
@@ -105,28 +104,28 @@ final class Held {
                 }));
             }
             if (!taken.await(PHASE_LIMIT_S, TimeUnit.SECONDS)) {
-                throw new Main.Failure(count + " acquires took over " + PHASE_LIMIT_S + " s");
+                throw new Failure(count + " acquires took over " + PHASE_LIMIT_S + " s");
             }
             double seconds = (System.nanoTime() - t0) / 1e9;
             if (!failures.isEmpty()) {
-                throw new Main.Failure("acquire", failures.peek());
+                throw new Failure("acquire", failures.peek());
             }
-            Map<String, Object> held = Main.event("held");
+            Map<String, Object> held = LineProto.event("held");
             held.put("count", count);
             held.put("seconds", seconds);
             held.put("rss_kb_before", rssBefore);
             held.put("rss_kb_held", rssKb());
             held.put("host_busy_pct", busyPct(hostBefore, hostTicks()));
             held.put("cpu_us_acquire", cpuMicros() - cpuBefore);
-            Main.emit(held);
+            LineProto.emit(held);
             awaitReleaseLine(started);
             releaseNow.countDown();
             for (Future<?> d : done) {
                 d.get(PHASE_LIMIT_S, TimeUnit.SECONDS);
             }
-            Map<String, Object> released = Main.event("released");
+            Map<String, Object> released = LineProto.event("released");
             released.put("rss_kb_after", rssKb());
-            Main.emit(released);
+            LineProto.emit(released);
         } finally {
             releaseNow.countDown();
             pool.shutdownNow();
@@ -140,7 +139,7 @@ final class Held {
             String path = prefix + "/lock-" + i;
             InterProcessMutex m = new InterProcessMutex(client, path);
             try {
-                bounded(acquires, () -> Main.acquire(m, path));
+                bounded(acquires, () -> Zk.acquire(m, path));
             } catch (Exception e) {
                 failures.add(e);
                 throw e;
@@ -163,19 +162,15 @@ final class Held {
     }
 
     private static void awaitReleaseLine(long started) throws Exception {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         while (true) {
-            String line = in.readLine();
-            if (line == null) {
-                throw new Main.Failure("stdin closed before the release line");
-            }
+            String line = LineProto.nextLine("release line");
             if (!line.trim().equals("cpu")) {
                 return;
             }
-            Map<String, Object> cpu = Main.event("cpu");
+            Map<String, Object> cpu = LineProto.event("cpu");
             cpu.put("cpu_us", cpuMicros());
             cpu.put("wall_us", (System.nanoTime() - started) / 1_000);
-            Main.emit(cpu);
+            LineProto.emit(cpu);
         }
     }
 

@@ -1,0 +1,3 @@
+module fencing.local/lineproto
+
+go 1.26.0
