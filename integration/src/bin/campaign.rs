@@ -15,32 +15,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use fencing::{FencingSource, ResourceName};
-use fencing_election::ElectionConfig;
-use fencing_etcd::etcd_client::TxnOp;
-use fencing_integration::campaign::client::{
-    self, ClientPlan, ClusterGate, GateMaker, GuardedWrite,
-};
-use fencing_integration::campaign::fence_run;
 use fencing_integration::campaign::kube::AdminAction;
 use fencing_integration::campaign::members::Kind;
 use fencing_integration::campaign::run::{self, lock_names, Config, Workload, MAX_LOCKS};
 use fencing_integration::campaign::storage;
+use fencing_integration::campaign::{admin, client_process, fence_run};
 use fencing_integration::etcd::cluster::EtcdVersion;
 use fencing_integration::zk::ensemble::ZkVersion;
-use zookeeper_client::{Acls, CreateMode};
-
-/// Where the cluster gates keep their marks.
-const GATE_PATH: &str = "/campaign-gates";
-/// Where the guarded writes put their values: one key or node per lock.
-const DATA_PATH: &str = "/campaign-data";
-/// The gate names of the guarded writes in the history.
-const GUARDED_ETCD: &str = "etcd-txn";
-const GUARDED_ZK: &str = "zk-multi";
 
 #[derive(Parser)]
 #[command(about = "Fault campaign: real partitions, pauses and kills; the history checked")]
@@ -137,6 +121,22 @@ struct ClientArgs {
     /// Ignore the grant's loss and write through the whole hold
     #[arg(long, conflicts_with_all = ["elect", "fence_run"])]
     careless: bool,
+}
+
+impl From<ClientArgs> for client_process::ClientOptions {
+    fn from(a: ClientArgs) -> Self {
+        client_process::ClientOptions {
+            name: a.name,
+            source: a.source,
+            gate: a.gate,
+            lock: a.lock,
+            ttl: Duration::from_millis(a.ttl_ms),
+            seed: a.seed,
+            elect: a.elect,
+            fence_run: a.fence_run,
+            careless: a.careless,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -281,7 +281,16 @@ fn main() -> ExitCode {
                 history,
                 heal_bound_ms,
             } => check_history(&history, heal_bound_ms.map(Duration::from_millis)),
-            Command::Client(args) => client_main(args).await,
+            Command::Client(args) => {
+                log_on_the_history_clock();
+                match client_process::run_client(args.into()).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
             Command::Child {
                 socket,
                 lock,
@@ -299,8 +308,22 @@ fn main() -> ExitCode {
                 source,
                 within_ms,
                 locks,
-            } => inspect(source, within_ms, &lock_names(locks)).await,
-            Command::Maintain { endpoint } => maintain(endpoint).await,
+            } => {
+                let within = Duration::from_millis(within_ms);
+                match admin::inspect(&source, within, &lock_names(locks)).await {
+                    Ok(answer) => {
+                        println!("{answer}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("inspect: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            }
+            Command::Maintain { endpoint } => {
+                helper_answer("maintain", admin::maintain(&endpoint)).await
+            }
             Command::MoveLeader { endpoint, to } => move_leader(endpoint, to).await,
             Command::DeleteHolders {
                 endpoint,
@@ -421,262 +444,13 @@ async fn campaign(args: RunArgs) -> ExitCode {
     }
 }
 
-/// A client's source, the cluster's gate and the cluster's guarded write
-/// (etcd and ZooKeeper; the others have neither).
-struct Opened {
-    source: Arc<dyn FencingSource>,
-    gate: Option<GateMaker>,
-    guarded: Option<(String, GuardedWrite)>,
-}
-
-async fn open(source: &str, lock: &ResourceName) -> Result<Opened, String> {
-    let err = |e: fencing::Error| e.to_string();
-    if source.starts_with("zk://") {
-        let s = Arc::new(
-            fencing_zookeeper::ZkSource::from_url(source)
-                .await
-                .map_err(err)?,
-        );
-        let maker = s.clone();
-        let make: GateMaker = Arc::new(move || {
-            let s = maker.clone();
-            Box::pin(async move {
-                let gate = s.gate(GATE_PATH).ok()?;
-                Some(Arc::new(gate) as ClusterGate)
-            })
-        });
-        let node = format!("{DATA_PATH}/{lock}");
-        create_zk_node(&s, &node).await?;
-        let writer = s.clone();
-        let guarded: GuardedWrite = Arc::new(move |grant, value| {
-            let (s, node) = (writer.clone(), node.clone());
-            Box::pin(async move {
-                let data = value.to_string();
-                let set = |w: &mut zookeeper_client::MultiWriter<'_>| {
-                    w.add_set_data(&node, data.as_bytes(), None)
-                };
-                s.guarded_multi(grant, set).await.map(drop)
-            })
-        });
-        Ok(Opened {
-            source: s,
-            gate: Some(make),
-            guarded: Some((GUARDED_ZK.to_owned(), guarded)),
-        })
-    } else if source.starts_with("etcd://") {
-        let s = Arc::new(
-            fencing_etcd::EtcdSource::from_url(source)
-                .await
-                .map_err(err)?,
-        );
-        let gate: ClusterGate = Arc::new(s.gate(GATE_PATH).map_err(err)?);
-        let make: GateMaker = Arc::new(move || {
-            let gate = gate.clone();
-            Box::pin(async move { Some(gate) })
-        });
-        let key = format!("{DATA_PATH}/{lock}");
-        let writer = s.clone();
-        let guarded: GuardedWrite = Arc::new(move |grant, value| {
-            let (s, put) = (
-                writer.clone(),
-                TxnOp::put(key.as_str(), value.to_string(), None),
-            );
-            Box::pin(async move { s.guarded_txn(grant, vec![put]).await.map(drop) })
-        });
-        Ok(Opened {
-            source: s,
-            gate: Some(make),
-            guarded: Some((GUARDED_ETCD.to_owned(), guarded)),
-        })
-    } else {
-        Ok(Opened {
-            source: fencing::connect(source).await.map_err(err)?,
-            gate: None,
-            guarded: None,
-        })
-    }
-}
-
-/// The node a guarded multi sets: it must exist (a set of a missing node
-/// fails the multi, which would read as a backend error).
-async fn create_zk_node(s: &fencing_zookeeper::ZkSource, node: &str) -> Result<(), String> {
-    let client = s.client().await.map_err(|e| e.to_string())?;
-    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    let made = tokio::time::timeout(Duration::from_secs(5), client.mkdir(node, &options)).await;
-    match made {
-        Ok(Ok(())) | Ok(Err(zookeeper_client::Error::NodeExists)) => Ok(()),
-        Ok(Err(e)) => Err(format!("creating {node}: {e}")),
-        Err(_) => Err(format!("creating {node}: timed out")),
-    }
-}
-
-/// Short holds, and sometimes a long one: long enough, at the top, to
-/// outlast a lease, so that a holder cut off in one is taken over while it
-/// still holds.
-fn plan(resource: ResourceName, ttl: Duration, seed: u64) -> ClientPlan {
-    ClientPlan {
-        resource,
-        ttl,
-        acquire_wait: Duration::from_secs(5),
-        hold: (Duration::from_millis(10), Duration::from_millis(150)),
-        long_hold_percent: 5,
-        long_hold: (
-            Duration::from_millis(1000),
-            (ttl * 5 / 2).max(Duration::from_secs(3)),
-        ),
-        write_every: WRITE_EVERY,
-        seed,
-        careless: false,
-    }
-}
-
-/// How long a stopping client waits for its source to close.
-const CLOSE_LIMIT: Duration = Duration::from_secs(3);
-
-/// How often a holder writes.
-const WRITE_EVERY: Duration = Duration::from_millis(25);
-
-async fn client_main(args: ClientArgs) -> ExitCode {
-    log_on_the_history_clock();
-    let name = args.name;
-    let resource = match ResourceName::new(args.lock) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut plan = plan(resource, Duration::from_millis(args.ttl_ms), args.seed);
-    if args.careless {
-        // Long holds as often as an anchor's: only a hold that outlasts
-        // its lease makes late writes.
-        plan.careless = true;
-        plan.long_hold_percent = 20;
-    }
-    if args.fence_run {
-        return fence_run_client(name, args.source, plan).await;
-    }
-    // A client that cannot connect yet (its member down) keeps trying: the
-    // campaign decides when it stops.
-    let opened = loop {
-        match open(&args.source, &plan.resource).await {
-            Ok(opened) => break opened,
-            Err(e) => {
-                eprintln!("{name}: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    };
-    let gate = opened.gate.map(|g| (args.gate, g));
-    // The lease is the session; a leader steps down at 3/4 of it, well
-    // after the renewal at 1/3 (the elector refuses less than 1.2 x that).
-    let election = args.elect.then(|| {
-        ElectionConfig::new(name.as_str())
-            .lease_duration(plan.ttl)
-            .renew_deadline(plan.ttl * 3 / 4)
-            .retry_period(plan.ttl / 2)
-    });
-    let source = opened.source.clone();
-    client::run(opened.source, gate, opened.guarded, plan, election).await;
-    // Ends the sessions, and on Kubernetes waits until an acquire cut off
-    // by the stop has given back the Lease its write may have taken.
-    if let Err(e) = tokio::time::timeout(CLOSE_LIMIT, source.close()).await {
-        eprintln!("{name}: close: {e}");
-    }
-    ExitCode::SUCCESS
-}
-
-/// A client of the `fence run` workload: `fence` is the CLI built beside
-/// this binary.
-async fn fence_run_client(name: String, source: String, plan: ClientPlan) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    // Four times the library clients' share of long holds: a `fence run`
-    // costs a process start per grant anyway, and only a long hold can be
-    // cut off and outlive its lease (the case its kill rule is for).
-    let plan = ClientPlan {
-        long_hold_percent: plan.long_hold_percent * 4,
-        ..plan
-    };
-    let wrapper = fence_run::Wrapper {
-        fence: exe.with_file_name("fence"),
-        socket: fence_run::socket_path(&name),
-        exe,
-        source,
-        plan,
-    };
-    let socket = wrapper.socket.clone();
-    let outcome = fence_run::run_wrapper(wrapper).await;
-    let _ = std::fs::remove_file(socket);
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{name}: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
 async fn child_main(socket: PathBuf, lock: String, hold_ms: u64, stubborn: bool) -> ExitCode {
     let hold = Duration::from_millis(hold_ms);
-    match fence_run::run_child(&socket, lock, hold, WRITE_EVERY, stubborn).await {
+    match fence_run::run_child(&socket, lock, hold, client_process::WRITE_EVERY, stubborn).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("child: {e}");
             ExitCode::from(2)
-        }
-    }
-}
-
-async fn inspect(source: String, within_ms: u64, locks: &[String]) -> ExitCode {
-    let opening = fencing::connect(&source);
-    let source = match tokio::time::timeout(Duration::from_secs(15), opening).await {
-        Ok(Ok(source)) => source,
-        Ok(Err(e)) => {
-            eprintln!("inspect: {e}");
-            return ExitCode::from(2);
-        }
-        Err(_) => {
-            eprintln!("inspect: opening the source took over 15 s");
-            return ExitCode::from(2);
-        }
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(within_ms);
-    let give_up_at = deadline + Duration::from_secs(20);
-    let mut locks = locks
-        .iter()
-        .map(|l| ResourceName::new(l).expect("portable name"));
-    let mut resource = locks.next().expect("one lock at least");
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), source.holder(&resource)).await {
-            Ok(Ok(None)) => match locks.next() {
-                Some(next) => resource = next,
-                None => {
-                    println!("none");
-                    return ExitCode::SUCCESS;
-                }
-            },
-            Ok(Ok(Some(holder))) if tokio::time::Instant::now() >= deadline => {
-                println!("{resource}: {holder:?}");
-                return ExitCode::SUCCESS;
-            }
-            Ok(Ok(Some(_))) => tokio::time::sleep(Duration::from_millis(200)).await,
-            // A cluster just out of its last fault may still be electing (etcd
-            // 3.4 stalls for seconds): the question is what it holds, not how
-            // fast it answers, so failed reads are retried for a while.
-            other if tokio::time::Instant::now() < give_up_at => {
-                eprintln!("inspect: {other:?}; retrying");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            other => {
-                eprintln!("inspect: {other:?}");
-                return ExitCode::from(2);
-            }
         }
     }
 }
@@ -703,26 +477,6 @@ fn check_history(path: &std::path::Path, heal_bound: Option<Duration>) -> ExitCo
     }
 }
 
-async fn maintain(endpoint: String) -> ExitCode {
-    let work = async {
-        let mut client = fencing_etcd::etcd_client::Client::connect([endpoint], None).await?;
-        let revision = client
-            .get("campaign-maintenance", None)
-            .await?
-            .header()
-            .map_or(0, |h| h.revision());
-        let physical = fencing_etcd::etcd_client::CompactionOptions::new().with_physical();
-        client.compact(revision, Some(physical)).await?;
-        let started = std::time::Instant::now();
-        client.defragment().await?;
-        Ok::<_, fencing_etcd::etcd_client::Error>(format!(
-            "compacted at {revision}, defragmented in {} ms",
-            started.elapsed().as_millis()
-        ))
-    };
-    helper_answer("maintain", work).await
-}
-
 async fn move_leader(endpoint: String, to: String) -> ExitCode {
     let work = async {
         fencing_integration::etcd::cluster::move_leader(&endpoint, &to).await?;
@@ -732,7 +486,7 @@ async fn move_leader(endpoint: String, to: String) -> ExitCode {
 }
 
 async fn delete_holders(endpoint: String, zookeeper: bool, locks: &[String]) -> ExitCode {
-    let work = fencing_integration::campaign::admin::delete_holders(&endpoint, zookeeper, locks);
+    let work = admin::delete_holders(&endpoint, zookeeper, locks);
     helper_answer("delete-holders", work).await
 }
 

@@ -3,8 +3,12 @@
 //! The holder must hear of it and stop, `fence run` at once (its loss was
 //! reported by the server, so no lease time is left to spend), and the gate
 //! must refuse whatever it still writes. Run by the campaign's hidden
-//! `delete-holders` helper inside a member's namespace.
+//! `delete-holders` helper inside a member's namespace. Also the other
+//! hidden helpers' work: inspecting who holds, and etcd's maintenance.
 
+use std::time::Duration;
+
+use fencing::ResourceName;
 use fencing_etcd::etcd_client::{self, GetOptions, SortOrder, SortTarget};
 use fencing_zookeeper::zookeeper_client;
 
@@ -79,4 +83,61 @@ async fn delete_zk_holder(
         Err(zookeeper_client::Error::NoNode) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// A holder of the campaign's `locks` through `source` (`RESOURCE: HOLDER`),
+/// or `none` as soon as no lock has one; a holder seen before `within`
+/// has passed is looked at again until then (it may be on its way out).
+pub async fn inspect(source: &str, within: Duration, locks: &[String]) -> Result<String, String> {
+    let opening = fencing::connect(source);
+    let source = match tokio::time::timeout(Duration::from_secs(15), opening).await {
+        Ok(Ok(source)) => source,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("opening the source took over 15 s".into()),
+    };
+    let deadline = tokio::time::Instant::now() + within;
+    let give_up_at = deadline + Duration::from_secs(20);
+    let mut locks = locks
+        .iter()
+        .map(|l| ResourceName::new(l).map_err(|e| e.to_string()));
+    let mut resource = locks.next().ok_or("no lock to inspect")??;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), source.holder(&resource)).await {
+            Ok(Ok(None)) => match locks.next() {
+                Some(next) => resource = next?,
+                None => return Ok("none".into()),
+            },
+            Ok(Ok(Some(holder))) if tokio::time::Instant::now() >= deadline => {
+                return Ok(format!("{resource}: {holder:?}"));
+            }
+            Ok(Ok(Some(_))) => tokio::time::sleep(Duration::from_millis(200)).await,
+            // A cluster just out of its last fault may still be electing (etcd
+            // 3.4 stalls for seconds): the question is what it holds, not how
+            // fast it answers, so failed reads are retried for a while.
+            other if tokio::time::Instant::now() < give_up_at => {
+                eprintln!("inspect: {other:?}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            other => return Err(format!("{other:?}")),
+        }
+    }
+}
+
+/// Compacts the etcd member at `endpoint`'s history up to now and
+/// defragments it (the campaign's maintenance fault); says what it did.
+pub async fn maintain(endpoint: &str) -> Result<String, etcd_client::Error> {
+    let mut client = etcd_client::Client::connect([endpoint], None).await?;
+    let revision = client
+        .get("campaign-maintenance", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    let physical = etcd_client::CompactionOptions::new().with_physical();
+    client.compact(revision, Some(physical)).await?;
+    let started = std::time::Instant::now();
+    client.defragment().await?;
+    Ok(format!(
+        "compacted at {revision}, defragmented in {} ms",
+        started.elapsed().as_millis()
+    ))
 }
