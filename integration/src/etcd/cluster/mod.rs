@@ -29,6 +29,16 @@ use crate::cache::{cache_dir, etcd_release};
 use crate::member::{MemberCluster, MemberProcess};
 use crate::pki::TlsFiles;
 
+mod error;
+mod members;
+mod options;
+mod tls;
+mod version;
+
+pub use error::HarnessError;
+pub use options::ClusterOptions;
+pub use version::EtcdVersion;
+
 /// How long one harness request (status, get, put) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long connecting to one member may take.
@@ -41,197 +51,6 @@ const LEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// finds its port taken (the ports are free when picked, but another
 /// process may bind them before etcd does).
 const START_ATTEMPTS: usize = 3;
-
-/// Which etcd release a cluster runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EtcdVersion {
-    /// etcd 3.4 from the Debian package `etcd-server` (`/usr/bin/etcd`).
-    V3_4,
-    /// etcd 3.6 (`ETCD_VERSION` in versions.env), built from source into the
-    /// cache directory.
-    V3_6,
-}
-
-impl EtcdVersion {
-    /// Both supported releases, oldest first.
-    pub const ALL: [EtcdVersion; 2] = [EtcdVersion::V3_4, EtcdVersion::V3_6];
-
-    /// Where this release's binary lives when the cache is `cache`.
-    pub fn binary_path_in(self, cache: &Path) -> PathBuf {
-        match self {
-            EtcdVersion::V3_4 => PathBuf::from("/usr/bin/etcd"),
-            EtcdVersion::V3_6 => cache.join("bin").join(format!("etcd-v{}", etcd_release())),
-        }
-    }
-
-    /// The binary under the cache directory `cache`, or
-    /// [`HarnessError::MissingBinary`] (which says to run `scripts/test.sh`)
-    /// when it is not installed.
-    pub fn binary_in(self, cache: &Path) -> Result<PathBuf, HarnessError> {
-        let path = self.binary_path_in(cache);
-        if path.is_file() {
-            Ok(path)
-        } else {
-            Err(HarnessError::MissingBinary {
-                version: self,
-                path,
-            })
-        }
-    }
-
-    /// The installed binary of this release (see [`cache_dir`]).
-    pub fn binary(self) -> Result<PathBuf, HarnessError> {
-        self.binary_in(&cache_dir())
-    }
-}
-
-impl fmt::Display for EtcdVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EtcdVersion::V3_4 => f.write_str("etcd 3.4"),
-            EtcdVersion::V3_6 => write!(f, "etcd {}", etcd_release()),
-        }
-    }
-}
-
-/// Why the harness could not start, check or drive a cluster.
-#[derive(Debug, thiserror::Error)]
-pub enum HarnessError {
-    /// The etcd binary of `version` is not installed.
-    #[error("{version} binary {path} is missing: run scripts/test.sh (or bash scripts/install/etcd.sh) to install it")]
-    MissingBinary {
-        /// The release whose binary is missing.
-        version: EtcdVersion,
-        /// Where it was looked for.
-        path: PathBuf,
-    },
-    /// A file or process operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What the harness was doing.
-        context: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// A member process exited while it should be serving.
-    #[error("member {member} exited ({status}); last lines of its log:\n{log}")]
-    MemberExited {
-        /// Index of the member.
-        member: usize,
-        /// Its exit status.
-        status: String,
-        /// The tail of its log file.
-        log: String,
-    },
-    /// A bounded wait ran out.
-    #[error("{0}")]
-    Timeout(String),
-    /// A request to etcd failed.
-    #[error("etcd request failed: {0}")]
-    Etcd(#[from] etcd_client::Error),
-    /// Making certificates failed.
-    #[error("{0}")]
-    Pki(#[from] crate::pki::PkiError),
-    /// The caller asked for something the cluster cannot do (e.g. a member
-    /// index out of range).
-    #[error("{0}")]
-    Usage(String),
-}
-
-impl HarnessError {
-    fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        HarnessError::Io {
-            context: context.into(),
-            source,
-        }
-    }
-
-    fn is_port_clash(&self) -> bool {
-        matches!(self, HarnessError::MemberExited { log, .. } if log.contains("address already in use"))
-    }
-}
-
-/// The files as etcd-client TLS options.
-impl TlsFiles {
-    /// Client TLS options that trust the CA and present the client
-    /// certificate.
-    pub fn client_options(&self) -> std::io::Result<TlsOptions> {
-        let cert = fs::read(&self.client_cert)?;
-        let key = fs::read(&self.client_key)?;
-        Ok(self
-            .client_options_without_identity()?
-            .identity(Identity::from_pem(cert, key)))
-    }
-
-    /// Client TLS options that trust the CA but present no certificate (a
-    /// client-cert-auth cluster refuses them).
-    pub fn client_options_without_identity(&self) -> std::io::Result<TlsOptions> {
-        let ca = fs::read(&self.ca_cert)?;
-        Ok(TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .domain_name("localhost"))
-    }
-}
-
-/// How to start a cluster; [`ClusterOptions::new`] gives the defaults.
-#[derive(Debug, Clone)]
-pub struct ClusterOptions {
-    /// Which etcd release runs.
-    pub version: EtcdVersion,
-    /// How many members (at least 1).
-    pub members: usize,
-    /// Serve clients over TLS with these files (peers stay plain HTTP).
-    pub tls: Option<TlsFiles>,
-    /// With `tls`: require clients to present a certificate signed by the CA.
-    pub client_cert_auth: bool,
-    /// Raft heartbeat interval (etcd's `--heartbeat-interval`).
-    pub heartbeat: Duration,
-    /// Raft election timeout (etcd's `--election-timeout`).
-    pub election_timeout: Duration,
-    /// How long a start or restart may take until the cluster is healthy.
-    pub startup_timeout: Duration,
-    /// More command-line flags for every member (say
-    /// `--max-concurrent-streams=100`).
-    pub extra_args: Vec<String>,
-}
-
-impl ClusterOptions {
-    /// `members` members of `version`, plain HTTP, a 50 ms heartbeat and a
-    /// 500 ms election timeout (quick failover), 30 s to become healthy.
-    pub fn new(version: EtcdVersion, members: usize) -> Self {
-        ClusterOptions {
-            version,
-            members,
-            tls: None,
-            client_cert_auth: false,
-            heartbeat: Duration::from_millis(50),
-            election_timeout: Duration::from_millis(500),
-            startup_timeout: Duration::from_secs(30),
-            extra_args: Vec::new(),
-        }
-    }
-
-    /// Adds a command-line flag for every member.
-    pub fn with_arg(mut self, arg: impl Into<String>) -> Self {
-        self.extra_args.push(arg.into());
-        self
-    }
-
-    /// Serves clients over TLS with `files`, requiring client certificates
-    /// when `client_cert_auth`.
-    pub fn with_tls(mut self, files: TlsFiles, client_cert_auth: bool) -> Self {
-        self.tls = Some(files);
-        self.client_cert_auth = client_cert_auth;
-        self
-    }
-
-    /// Sets the raft heartbeat interval and election timeout.
-    pub fn with_timing(mut self, heartbeat: Duration, election_timeout: Duration) -> Self {
-        self.heartbeat = heartbeat;
-        self.election_timeout = election_timeout;
-        self
-    }
-}
 
 /// One member: its fixed addresses and files, and its process while it runs.
 struct Member {
@@ -615,77 +434,6 @@ impl EtcdCluster {
         Err(HarnessError::Timeout(format!(
             "no leader confirmed by a majority yet (reports: {votes:?}, members: {own:?})"
         )))
-    }
-}
-
-impl MemberCluster for EtcdCluster {
-    type Error = HarnessError;
-
-    fn member_count(&self) -> usize {
-        self.members.len()
-    }
-
-    fn member(&self, i: usize) -> Option<&MemberProcess> {
-        self.members.get(i).map(|m| &m.process)
-    }
-
-    fn start_member(&mut self, i: usize) -> Result<(), HarnessError> {
-        let m = &self.members[i];
-        m.process.start(&mut self.command(i)).map_err(|e| {
-            let what = format!("starting {} ({})", m.process.name(), self.binary.display());
-            HarnessError::io(what, e)
-        })
-    }
-
-    /// Waits (at most the startup timeout) until every running, unpaused
-    /// member answers a linearizable read and knows a leader. Fails early,
-    /// with the member's log tail, when a member process has exited.
-    async fn wait_healthy(&self) -> Result<(), HarnessError> {
-        let timeout = self.opts.startup_timeout;
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.check_alive()?;
-            let last = match self.health_round().await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if Instant::now() >= deadline {
-                return Err(self.timeout_error("becoming healthy", timeout, &last));
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// The index of the current raft leader: a live member that reports
-    /// itself as leader and that a majority of the cluster's members
-    /// confirm. Waits up to 15 s for an election to settle.
-    async fn leader(&self) -> Result<usize, HarnessError> {
-        let deadline = Instant::now() + LEADER_TIMEOUT;
-        loop {
-            let last = match self.leader_round().await {
-                Ok(i) => return Ok(i),
-                Err(e) => e,
-            };
-            if Instant::now() >= deadline {
-                return Err(self.timeout_error("electing a leader", LEADER_TIMEOUT, &last));
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    fn out_of_range(&self, i: usize) -> HarnessError {
-        HarnessError::Usage(format!(
-            "member {i} out of range: the cluster has {}",
-            self.members.len()
-        ))
-    }
-
-    fn member_exited(&self, i: usize, status: ExitStatus, log: String) -> HarnessError {
-        HarnessError::MemberExited {
-            member: i,
-            status: status.to_string(),
-            log,
-        }
     }
 }
 
