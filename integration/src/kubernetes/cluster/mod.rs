@@ -47,6 +47,12 @@ use crate::etcd::cluster::{EtcdCluster, EtcdVersion};
 use crate::member::MemberCluster;
 use crate::Reaped;
 
+mod error;
+mod users;
+
+pub use error::HarnessError;
+pub use users::KubeUser;
+
 /// The namespace the harness creates and binds the RBAC rules in.
 pub const TEST_NAMESPACE: &str = "fencing-test";
 /// A second namespace, where only `admin` has rights.
@@ -88,131 +94,6 @@ fn cached_binary(name: &str, install: &'static str) -> Result<PathBuf, HarnessEr
         Ok(path)
     } else {
         Err(HarnessError::MissingBinary { path, install })
-    }
-}
-
-/// Why the harness could not start, check or drive the cluster.
-#[derive(Debug, thiserror::Error)]
-pub enum HarnessError {
-    /// A binary is not installed.
-    #[error("{path} is missing: run scripts/test.sh (or bash {install}) to install it")]
-    MissingBinary {
-        /// Where it was looked for.
-        path: PathBuf,
-        /// The script that installs it.
-        install: &'static str,
-    },
-    /// The etcd under the apiserver failed.
-    #[error("etcd under the apiserver: {0}")]
-    Etcd(#[from] crate::etcd::cluster::HarnessError),
-    /// A file or process operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What the harness was doing.
-        context: String,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// Making certificates failed.
-    #[error("{0}")]
-    Pki(#[from] crate::pki::PkiError),
-    /// The apiserver exited while it should be serving.
-    #[error("kube-apiserver exited ({status}); last lines of its log:\n{log}")]
-    ApiserverExited {
-        /// Its exit status.
-        status: String,
-        /// The tail of its log file.
-        log: String,
-    },
-    /// A bounded wait ran out.
-    #[error("{0}")]
-    Timeout(String),
-    /// A request to the apiserver failed.
-    #[error("{context}: {source}")]
-    Kube {
-        /// What the harness was doing.
-        context: String,
-        /// The client's error.
-        source: kube::Error,
-    },
-    /// A kubeconfig or manifest could not be read or used.
-    #[error("{0}")]
-    Config(String),
-    /// The caller asked for something the cluster cannot do now.
-    #[error("{0}")]
-    Usage(String),
-}
-
-impl HarnessError {
-    pub(super) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        HarnessError::Io {
-            context: context.into(),
-            source,
-        }
-    }
-
-    pub(super) fn kube(context: impl Into<String>, source: kube::Error) -> Self {
-        HarnessError::Kube {
-            context: context.into(),
-            source,
-        }
-    }
-
-    fn is_port_clash(&self) -> bool {
-        matches!(self, HarnessError::ApiserverExited { log, .. } if log.contains("address already in use"))
-    }
-}
-
-/// The identities the harness makes client certificates for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KubeUser {
-    /// `admin` in group `system:masters`: may do anything.
-    Admin,
-    /// `lease-user`: bound by `deploy/kubernetes/rbac.yaml` in
-    /// [`TEST_NAMESPACE`] (get, create, update on leases there, nothing else).
-    LeaseUser,
-    /// `lease-reader`: may only get leases in [`TEST_NAMESPACE`].
-    LeaseReader,
-    /// `nobody`: authenticated, but bound to nothing.
-    Nobody,
-    /// A certificate for `admin` in `system:masters` signed by a CA the
-    /// server does not trust: every request is 401 Unauthorized.
-    Untrusted,
-}
-
-impl KubeUser {
-    /// Every user, in declaration order.
-    pub const ALL: [KubeUser; 5] = [
-        KubeUser::Admin,
-        KubeUser::LeaseUser,
-        KubeUser::LeaseReader,
-        KubeUser::Nobody,
-        KubeUser::Untrusted,
-    ];
-
-    /// The user name: the common name of its certificate.
-    pub fn name(self) -> &'static str {
-        match self {
-            KubeUser::Admin => "admin",
-            KubeUser::LeaseUser => "lease-user",
-            KubeUser::LeaseReader => "lease-reader",
-            KubeUser::Nobody => "nobody",
-            KubeUser::Untrusted => "untrusted-admin",
-        }
-    }
-
-    /// The certificate's common name and organization (the user's group).
-    pub(super) fn subject(self) -> (&'static str, Option<&'static str>) {
-        match self {
-            KubeUser::Admin | KubeUser::Untrusted => ("admin", Some("system:masters")),
-            other => (other.name(), None),
-        }
-    }
-}
-
-impl fmt::Display for KubeUser {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
