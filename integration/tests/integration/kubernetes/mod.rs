@@ -3,7 +3,7 @@
 mod conformance;
 mod coordinated;
 mod faults;
-mod harness;
+mod harness_self_test;
 mod in_cluster;
 mod interop;
 mod lease_fields;

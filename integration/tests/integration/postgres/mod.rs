@@ -1,4 +1,4 @@
 //! PostgreSQL servers for the storage-side gates.
 
 mod gate;
-mod harness;
+mod harness_self_test;

@@ -2,7 +2,7 @@
 
 mod conformance;
 mod faults;
-mod harness;
+mod harness_self_test;
 mod interop;
 mod partitions;
 mod security;

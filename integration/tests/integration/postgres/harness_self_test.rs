@@ -203,7 +203,7 @@ fn a_killed_test_process_leaves_no_server() {
         std::process::Command::new(exe)
             .args([
                 "--exact",
-                "postgres::harness::child_holds_a_server",
+                "postgres::harness_self_test::child_holds_a_server",
                 "--ignored",
                 "--nocapture",
             ])
