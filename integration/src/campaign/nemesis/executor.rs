@@ -1,201 +1,16 @@
-//! The seeded fault schedule. Each step runs one cluster fault and one
-//! client fault at the same time, holds them, heals them, and waits a gap.
+//! The executor: applies the faults of a step to the world, and undoes
+//! them.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use super::history::{EventKind, NEMESIS};
-use super::kube::AdminAction;
-use super::members::{Kind, DISTANT, VOTERS};
-use super::rng::Rng;
-use super::run::{Clock, World};
+use super::{Fault, Nemesis};
+use crate::campaign::history::{EventKind, NEMESIS};
+use crate::campaign::kube::AdminAction;
+use crate::campaign::members::{Kind, DISTANT, VOTERS};
+use crate::campaign::run::{Clock, World};
 use crate::net::netns::{Host, Network};
-
-/// One fault. Members and clients are chosen when the fault starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fault {
-    /// A follower cut off from the other members; its clients still reach it.
-    PartitionFollower,
-    /// The leader cut off from the other members.
-    PartitionLeader,
-    /// The leader cut off, and the other members restarted at once: they
-    /// elect a new leader while the old one, still counting the ticks (or
-    /// election timeout) it waits for a quorum, believes it leads.
-    /// ZooKeeper's isolated leader answers `sync` alone in that window.
-    DeposeLeader,
-    /// etcd: leadership moved to the distant member (the one with a long
-    /// election timeout, [`DISTANT`]), once its pinned client holds a lock,
-    /// and that member cut off for at least [`DISTANT_CUT`]: the others
-    /// elect a leader within about a second while it leads on (CheckQuorum
-    /// counts its own, longer, timeout) and answers keep-alives alone.
-    DeposeDistantLeader,
-    /// Two members cut from each other; the third reaches both.
-    PartitionBridge,
-    /// One client cut off from every member.
-    PartitionClient,
-    PauseMember,
-    /// The leader stopped (SIGSTOP) for the step: on ZooKeeper, shorter
-    /// than syncLimit it is ridden out without an election, and leases
-    /// that ran out meanwhile must still free their locks at the server.
-    PauseLeader,
-    KillMember,
-    /// The holders' lock keys or nodes deleted by an administrator: each
-    /// holder must hear of it and stop (`fence run` at once).
-    DeleteHolders,
-    /// The leader killed (and restarted): a leader change.
-    KillLeader,
-    /// Every member SIGKILLed at once, all started again at the end of the
-    /// step: the tokens after it must go on above every token before it.
-    KillCluster,
-    /// etcd maintenance on one member: the history compacted up to now,
-    /// then the member defragmented (it stalls while it rewrites its file).
-    CompactDefrag,
-    PauseClient,
-    KillClient,
-    /// A client restarted with its clocks (wall and monotonic) at half speed.
-    ClockSlow,
-    /// A client restarted with its clocks at double speed.
-    ClockFast,
-    /// kube-apiserver killed (and started again at the end of the step).
-    KillApiserver,
-    /// kube-apiserver stopped (SIGSTOP): connections open, no answers.
-    PauseApiserver,
-    /// The campaign's Leases deleted by an admin while held: the clients
-    /// create them again, and a holder must notice it is no longer named.
-    DeleteLeases,
-    /// A client restarted on a wall clock that then jumps 10 minutes
-    /// forward (its monotonic clock untouched). Not an excuse for a late
-    /// loss: leases are timed on the monotonic clock.
-    WallJumpForward,
-    /// The same, 10 minutes back.
-    WallJumpBack,
-    /// The storage process SIGKILLed (and started again at the end of the
-    /// step): its gate's marks and acknowledged values must survive.
-    KillStorage,
-    /// SIGKILL of every PostgreSQL server process, then crash recovery
-    /// (with `--postgres`).
-    KillPostgres,
-    /// The storage process stopped (SIGSTOP): writes in flight wait, and
-    /// are applied late.
-    PauseStorage,
-    /// SIGSTOP of every PostgreSQL server process (with `--postgres`).
-    PausePostgres,
-}
-
-impl Fault {
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::PartitionFollower => "partition-follower",
-            Fault::PartitionLeader => "partition-leader",
-            Fault::DeposeLeader => "depose-leader",
-            Fault::DeposeDistantLeader => "depose-distant-leader",
-            Fault::PartitionBridge => "partition-bridge",
-            Fault::PartitionClient => "partition-client",
-            Fault::PauseMember => "pause-member",
-            Fault::PauseLeader => "pause-leader",
-            Fault::DeleteHolders => "delete-holders",
-            Fault::KillMember => "kill-member",
-            Fault::KillLeader => "kill-leader",
-            Fault::KillCluster => "kill-cluster",
-            Fault::CompactDefrag => "compact-defrag",
-            Fault::PauseClient => "pause-client",
-            Fault::KillClient => "kill-client",
-            Fault::ClockSlow => "clock-slow",
-            Fault::ClockFast => "clock-fast",
-            Fault::WallJumpForward => "wall-jump-forward",
-            Fault::WallJumpBack => "wall-jump-back",
-            Fault::KillApiserver => "kill-apiserver",
-            Fault::PauseApiserver => "pause-apiserver",
-            Fault::DeleteLeases => "delete-leases",
-            Fault::KillStorage => "kill-storage",
-            Fault::PauseStorage => "pause-storage",
-            Fault::KillPostgres => "kill-postgres",
-            Fault::PausePostgres => "pause-postgres",
-        }
-    }
-}
-
-/// Partitions between members come up most often: they are what leases
-/// get wrong. The last [`ETCD_ONLY`] entries are left out on ZooKeeper: its
-/// maintenance here is the leader change, and its members all share one
-/// tick.
-const MEMBER_FAULTS: [Fault; 14] = [
-    Fault::PartitionFollower,
-    Fault::PartitionFollower,
-    Fault::PartitionFollower,
-    Fault::PartitionLeader,
-    Fault::DeposeLeader,
-    Fault::PartitionBridge,
-    Fault::PauseMember,
-    Fault::PauseLeader,
-    Fault::DeleteHolders,
-    Fault::KillMember,
-    Fault::KillLeader,
-    Fault::KillCluster,
-    Fault::CompactDefrag,
-    Fault::DeposeDistantLeader,
-];
-const ETCD_ONLY: usize = 2;
-/// Kubernetes: the faults of its etcd (a crash of the etcd leader or of
-/// all its members, its maintenance), of the apiserver, and Lease deletion.
-const KUBE_FAULTS: [Fault; 10] = [
-    Fault::PartitionFollower,
-    Fault::PartitionLeader,
-    Fault::KillLeader,
-    Fault::KillCluster,
-    Fault::PauseMember,
-    Fault::CompactDefrag,
-    Fault::KillApiserver,
-    Fault::PauseApiserver,
-    Fault::DeleteLeases,
-    Fault::DeleteLeases,
-];
-/// A local source has no server: its second lane is client faults too.
-const LOCAL_FAULTS: [Fault; 2] = [Fault::PauseClient, Fault::KillClient];
-
-/// The faults of the cluster lane of `kind`.
-fn cluster_lane(kind: Kind) -> &'static [Fault] {
-    match kind {
-        Kind::Local => &LOCAL_FAULTS,
-        Kind::Zk(_) => &MEMBER_FAULTS[..MEMBER_FAULTS.len() - ETCD_ONLY],
-        Kind::Etcd(_) => &MEMBER_FAULTS,
-        Kind::Kube => &KUBE_FAULTS,
-    }
-}
-
-/// The first three need no clock of their own; the others put the client
-/// on a faked clock, one client at a time.
-const CLIENT_FAULTS: [Fault; 7] = [
-    Fault::PartitionClient,
-    Fault::PauseClient,
-    Fault::KillClient,
-    Fault::ClockSlow,
-    Fault::ClockFast,
-    Fault::WallJumpForward,
-    Fault::WallJumpBack,
-];
-
-/// A third lane, in one step of four: the storage's faults.
-const STORAGE_FAULTS: [Fault; 4] = [
-    Fault::KillStorage,
-    Fault::PauseStorage,
-    Fault::KillPostgres,
-    Fault::PausePostgres,
-];
-
-/// One step of the schedule.
-#[derive(Clone, Debug)]
-pub struct Step {
-    pub cluster: Fault,
-    pub client: Fault,
-    /// Starts `storage_at` into the step and ends with it (first).
-    pub storage: Option<Fault>,
-    pub storage_at: Duration,
-    pub duration: Duration,
-    pub gap: Duration,
-}
 
 /// How to undo one started fault.
 enum Undo {
@@ -221,142 +36,13 @@ enum Undo {
 /// The faults of one step, to be ended together.
 pub struct Started(Vec<(u64, Undo)>);
 
-pub struct Nemesis {
-    rng: Rng,
-    clients: usize,
-    kind: Kind,
-    /// How many of [`STORAGE_FAULTS`] apply: the PostgreSQL ones only with
-    /// a server.
-    storage_faults: usize,
-    /// The longest step: well past a lease, so that a holder cut off or
-    /// paused for a whole step is taken over while it still believes.
-    longest: Duration,
-    next_id: u64,
-    /// A clock fault outlives its step (a restarted client needs time to
-    /// connect and hold on its odd clock): its id, client, and how much of
-    /// the schedule's time it has left. Counted in scheduled step time, not
-    /// on the clock, so that when it ends (and with it which faults the
-    /// next steps may draw) replays with the seed.
-    clock: Option<(u64, usize, Duration)>,
-    /// The kinds drawn so far: each lane draws the kinds it has not drawn
-    /// yet first, so that a short run meets every fault of its lanes.
-    drawn: BTreeSet<Fault>,
-}
-
 /// A hold older than this is a long one (short holds last at most 150 ms).
 const LONG_HOLD_NS: u64 = 300_000_000;
 
 /// How long a client runs on a faked clock.
 const CLOCK_FAULT: Duration = Duration::from_secs(6);
 
-/// The shortest cut of [`Fault::DeposeDistantLeader`]: past the new
-/// leader's election (about 1.5 s) and its lessor's grace for the leases it
-/// takes over (one election timeout + the 2 s TTL), so that it revokes the
-/// holder's lease and grants the lock to the next client during the cut.
-const DISTANT_CUT: Duration = Duration::from_secs(6);
-
 impl Nemesis {
-    pub fn new(rng: Rng, clients: usize, kind: Kind, ttl: Duration, postgres: bool) -> Self {
-        Nemesis {
-            rng,
-            clients,
-            kind,
-            storage_faults: if postgres { 4 } else { 2 },
-            longest: (ttl * 5 / 2).max(Duration::from_millis(2500)),
-            next_id: 0,
-            clock: None,
-            drawn: BTreeSet::new(),
-        }
-    }
-
-    /// Every kind this schedule can draw (its three lanes) that it has not
-    /// drawn yet.
-    pub fn undrawn(&self) -> Vec<Fault> {
-        let first = usize::from(self.kind == Kind::Local);
-        let lanes = [
-            cluster_lane(self.kind),
-            &CLIENT_FAULTS[first..],
-            &STORAGE_FAULTS[..self.storage_faults],
-        ];
-        let all: BTreeSet<Fault> = lanes.into_iter().flatten().copied().collect();
-        all.difference(&self.drawn).copied().collect()
-    }
-
-    /// How many faults have started.
-    pub fn started(&self) -> u64 {
-        self.next_id
-    }
-
-    /// One of `lane`, a kind not drawn yet while there is one (uniform
-    /// among them), else by the lane's weights.
-    fn draw(&mut self, lane: &[Fault]) -> Fault {
-        let fresh: Vec<Fault> = lane
-            .iter()
-            .filter(|f| !self.drawn.contains(f))
-            .copied()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let fault = match fresh.is_empty() {
-            true => *self.rng.pick(lane),
-            false => *self.rng.pick(&fresh),
-        };
-        self.drawn.insert(fault);
-        fault
-    }
-
-    pub fn next_step(&mut self) -> Step {
-        // One client on a faked clock at a time; no network to cut a local
-        // client from.
-        let clocks = if self.clock.is_some() {
-            3
-        } else {
-            CLIENT_FAULTS.len()
-        };
-        let first = usize::from(self.kind == Kind::Local);
-        let client = self.draw(&CLIENT_FAULTS[first..clocks]);
-        // A storage that forgets its marks in a crash is caught only by a
-        // holder frozen across the restart, whose writes arrive after it
-        // (late in the step, once the next holder has written): so half of
-        // the pauses get a storage crash.
-        let storage = if client == Fault::PauseClient && self.rng.below(2) == 0 {
-            // With a PostgreSQL server, its crash as often as the file
-            // storage's (no draw without one: old seeds replay as before).
-            let pg = self.storage_faults > 2 && self.rng.below(2) == 0;
-            let crash = if pg {
-                Fault::KillPostgres
-            } else {
-                Fault::KillStorage
-            };
-            self.drawn.insert(crash);
-            Some(crash)
-        } else {
-            let faults = &STORAGE_FAULTS[..self.storage_faults];
-            (self.rng.below(4) == 0).then(|| self.draw(faults))
-        };
-        let duration = self.rng.duration(Duration::from_millis(800), self.longest);
-        let cluster = self.draw(cluster_lane(self.kind));
-        let duration = match cluster {
-            Fault::DeposeDistantLeader => duration.max(DISTANT_CUT),
-            _ => duration,
-        };
-        let storage_at = duration.mul_f64(0.5 + self.rng.below(46) as f64 / 100.0);
-        let gap = self
-            .rng
-            .duration(Duration::from_millis(300), Duration::from_millis(800));
-        if let Some((_, _, left)) = &mut self.clock {
-            *left = left.saturating_sub(duration + gap);
-        }
-        Step {
-            cluster,
-            client,
-            storage,
-            storage_at,
-            duration,
-            gap,
-        }
-    }
-
     /// Starts `faults` together.
     pub async fn start(&mut self, world: &mut World, faults: &[Fault]) -> Result<Started, String> {
         let mut started = Vec::new();
@@ -695,14 +381,14 @@ async fn crash(world: &mut World, c: usize) {
     world.recorder.record(&name, EventKind::Crash {});
 }
 
-fn postgres(world: &World) -> Result<&super::pg_storage::PgStore, String> {
+fn postgres(world: &World) -> Result<&crate::campaign::pg_storage::PgStore, String> {
     world
         .postgres
         .as_deref()
         .ok_or_else(|| "no PostgreSQL server".to_string())
 }
 
-fn cluster(world: &mut World) -> Result<&mut super::members::Cluster, String> {
+fn cluster(world: &mut World) -> Result<&mut crate::campaign::members::Cluster, String> {
     world
         .cluster
         .as_mut()
@@ -796,97 +482,4 @@ pub async fn kube_admin(world: &World, action: AdminAction) -> String {
                 .map_or("?".into(), |v| v.get_name().to_owned()),
         );
     helper_output(cmd, Duration::from_secs(10)).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::etcd::cluster::EtcdVersion;
-    use crate::zk::ensemble::ZkVersion;
-    use std::collections::BTreeSet;
-
-    /// The cluster faults a seeded schedule of `steps` steps draws.
-    fn drawn(kind: Kind, steps: usize) -> BTreeSet<&'static str> {
-        let mut nemesis = Nemesis::new(Rng::new(7), 4, kind, Duration::from_secs(1), true);
-        (0..steps)
-            .map(|_| nemesis.next_step().cluster.name())
-            .collect()
-    }
-
-    fn names(faults: &[Fault]) -> BTreeSet<&'static str> {
-        faults.iter().map(|f| f.name()).collect()
-    }
-
-    #[test]
-    fn each_backend_draws_every_fault_of_its_lane_and_nothing_else() {
-        let etcd = drawn(Kind::Etcd(EtcdVersion::V3_6), 2000);
-        assert_eq!(etcd, names(&MEMBER_FAULTS));
-        assert!(etcd.contains("depose-leader") && etcd.contains("kill-cluster"));
-        assert!(etcd.contains("depose-distant-leader") && etcd.contains("compact-defrag"));
-        let zk = drawn(Kind::Zk(ZkVersion::V3_9), 2000);
-        let mut expected = names(&MEMBER_FAULTS);
-        expected.remove("compact-defrag");
-        expected.remove("depose-distant-leader");
-        assert_eq!(zk, expected);
-        assert_eq!(drawn(Kind::Kube, 2000), names(&KUBE_FAULTS));
-        assert_eq!(drawn(Kind::Local, 2000), names(&LOCAL_FAULTS));
-    }
-
-    /// How many steps a schedule takes until it has drawn every kind of
-    /// its three lanes.
-    fn steps_to_cover(kind: Kind, postgres: bool, seed: u64) -> usize {
-        let mut nemesis = Nemesis::new(Rng::new(seed), 4, kind, Duration::from_secs(1), postgres);
-        (1..=1000)
-            .find(|_| {
-                nemesis.next_step();
-                nemesis.undrawn().is_empty()
-            })
-            .expect("every kind drawn within 1000 steps")
-    }
-
-    #[test]
-    fn a_schedule_draws_every_kind_of_its_lanes_early() {
-        let all = |nemesis: &Nemesis| nemesis.undrawn().len();
-        let etcd = Nemesis::new(
-            Rng::new(1),
-            4,
-            Kind::Etcd(EtcdVersion::V3_6),
-            Duration::from_secs(1),
-            true,
-        );
-        // 12 cluster kinds, 7 client kinds, 4 storage kinds.
-        assert_eq!(all(&etcd), 23);
-        let local = Nemesis::new(Rng::new(1), 4, Kind::Local, Duration::from_secs(1), false);
-        // Both lanes are client faults (no partition), and no PostgreSQL.
-        assert_eq!(all(&local), 8);
-        for seed in 0..50 {
-            for (kind, pg) in [
-                (Kind::Etcd(EtcdVersion::V3_6), true),
-                (Kind::Zk(ZkVersion::V3_9), true),
-                (Kind::Kube, true),
-                (Kind::Local, false),
-            ] {
-                // Uniform draws (a kind of 1 in 12, the storage lane one
-                // step in four) took 47 steps on etcd with seed 2.
-                let steps = steps_to_cover(kind, pg, seed);
-                assert!(steps <= 40, "{kind:?} seed {seed}: {steps} steps");
-            }
-        }
-    }
-
-    #[test]
-    fn a_seed_replays_the_same_schedule() {
-        let schedule = |seed| {
-            let kind = Kind::Zk(ZkVersion::V3_9);
-            let mut nemesis = Nemesis::new(Rng::new(seed), 4, kind, Duration::from_secs(1), false);
-            (0..200)
-                .map(|_| {
-                    let s = nemesis.next_step();
-                    (s.cluster, s.client, s.storage, s.duration, s.gap)
-                })
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(schedule(12), schedule(12));
-        assert_ne!(schedule(12), schedule(13));
-    }
 }
