@@ -14,8 +14,8 @@ mod member_faults;
 mod sessions;
 
 pub use failover::*;
-pub use sessions::*;
 pub use member_faults::*;
+pub use sessions::*;
 
 /// Waiters in the herd test.
 pub const HERD: usize = 64;

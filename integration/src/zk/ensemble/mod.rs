@@ -50,10 +50,10 @@ mod probe;
 mod version;
 
 pub use error::ZkHarnessError;
+use files::{find_java, free_ports, jaas_config, write_file};
 pub use options::ZkOptions;
 pub use probe::{four_letter_word, session_roundtrip};
 pub use version::{ZkMode, ZkVersion};
-use files::{find_java, free_ports, jaas_config, write_file};
 
 /// Where Debian installs Java libraries.
 const DEBIAN_JAVA_DIR: &str = "/usr/share/java";

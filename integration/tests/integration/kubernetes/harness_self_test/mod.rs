@@ -23,7 +23,6 @@ use kube::api::{Api, DeleteParams, PostParams};
 mod client_go;
 mod restarts;
 
-
 /// A bound for any single request in these tests.
 const CALL: Duration = Duration::from_secs(10);
 
@@ -257,4 +256,3 @@ async fn users_have_exactly_their_rights() {
         401
     );
 }
-
