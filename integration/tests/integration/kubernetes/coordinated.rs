@@ -276,3 +276,31 @@ pub(super) async fn client_go_and_ours_share_an_election(f: &KubeFixture) {
         .collect();
     assert_eq!(names, ["go-cand"]);
 }
+
+/// What a coordinated acquire refuses before it waits: a holder identity
+/// that cannot name a LeaseCandidate (a typed configuration error), and a
+/// user whose Role grants Leases but not LeaseCandidates (a permission
+/// error naming the resource and the verb it lacks).
+pub(super) async fn a_coordinated_acquire_names_what_is_missing(f: &KubeFixture) {
+    let me = Candidacy::new("1.36.0").unwrap();
+    let coordinated = |user| f.config(user).options(f.options().coordinated(me.clone()));
+    let admin = KubeLeaseSource::connect(coordinated(KubeUser::Admin))
+        .await
+        .unwrap();
+    let lock = ResourceName::new("coordinated-refused").unwrap();
+    let wait = |holder: &str| AcquireOptions::new().holder(holder).timeout(ELECTION);
+    match admin.acquire(&lock, &wait("Not_A_Name")).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("DNS-1123"), "{msg}"),
+        other => panic!("a holder that cannot name a LeaseCandidate: {other:?}"),
+    }
+    let user = KubeLeaseSource::connect(coordinated(KubeUser::LeaseUser))
+        .await
+        .unwrap();
+    match user.acquire(&lock, &wait("lease-user-0")).await {
+        Err(Error::PermissionDenied(msg)) => {
+            assert!(msg.contains("leasecandidates.coordination.k8s.io"), "{msg}");
+            assert!(msg.contains("\"create\""), "{msg}");
+        }
+        other => panic!("a user without LeaseCandidate rights: {other:?}"),
+    }
+}

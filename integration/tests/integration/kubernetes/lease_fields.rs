@@ -26,6 +26,7 @@ async fn lease_fields_are_written_whole_and_honoured() {
     let leases: Api<Lease> = Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
     a_fractional_lease_duration_is_written_rounded_up(&f, &leases).await;
     leases_of_the_coordinated_election_are_left_to_it(&f, &leases).await;
+    super::coordinated::a_coordinated_acquire_names_what_is_missing(&f).await;
     super::coordinated::the_controller_elects_and_moves_leadership(&f).await;
     super::coordinated::client_go_and_ours_share_an_election(&f).await;
 }
