@@ -211,17 +211,12 @@ impl KubeLeaseSource {
                 )
                 .await
             {
-                Ok(Some(grant)) => return Ok(Some(grant)),
-                Ok(None) if !wait => return Ok(None),
-                Ok(None) => read_before = true,
-                // Like client-go, a waiting candidate rides out an apiserver
-                // that is restarting; the caller's timeout bounds the wait.
-                Err(
-                    e @ (Error::Timeout { .. } | Error::Backend { .. } | Error::Unreachable { .. }),
-                ) if wait => {
-                    tracing::warn!(lease = name, error = %e, "kube acquire attempt failed; retrying");
+                Ok(None) if wait => read_before = true,
+                outcome => {
+                    if let Some(done) = settle(outcome, wait, name) {
+                        return done;
+                    }
                 }
-                Err(e) => return Err(e),
             }
             // client-go's acquire loop: JitterUntil(RetryPeriod, JitterFactor).
             tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
@@ -319,19 +314,11 @@ impl KubeLeaseSource {
         )
         .await?;
         loop {
-            match self
+            let outcome = self
                 .attempt_coordinated(resource, name, holder, timings, &candidate)
-                .await
-            {
-                Ok(Some(grant)) => return Ok(Some(grant)),
-                Ok(None) if !wait => return Ok(None),
-                Ok(None) => {}
-                Err(
-                    e @ (Error::Timeout { .. } | Error::Backend { .. } | Error::Unreachable { .. }),
-                ) if wait => {
-                    tracing::warn!(lease = name, error = %e, "kube coordinated acquire attempt failed; retrying");
-                }
-                Err(e) => return Err(e),
+                .await;
+            if let Some(done) = settle(outcome, wait, name) {
+                return done;
             }
             tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
         }
@@ -546,6 +533,27 @@ impl KubeLeaseSource {
             tracker,
             Box::new(backend),
         ))
+    }
+}
+
+/// Whether one attempt's outcome ends a wait (`Some`, with what to
+/// return) or the next attempt follows after the retry period (`None`).
+/// Like client-go, a waiting candidate rides out an apiserver that is
+/// restarting; the caller's timeout bounds the wait.
+fn settle(
+    outcome: Result<Option<Grant>>,
+    wait: bool,
+    lease: &str,
+) -> Option<Result<Option<Grant>>> {
+    match outcome {
+        Ok(None) if wait => None,
+        Err(e @ (Error::Timeout { .. } | Error::Backend { .. } | Error::Unreachable { .. }))
+            if wait =>
+        {
+            tracing::warn!(lease, error = %e, "kube acquire attempt failed; retrying");
+            None
+        }
+        done => Some(done),
     }
 }
 

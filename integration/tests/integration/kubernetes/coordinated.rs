@@ -70,6 +70,17 @@ async fn still_waiting(
     acquire
 }
 
+/// The LeaseCandidates in the test namespace.
+async fn candidate_names(f: &KubeFixture) -> Vec<String> {
+    let candidates: Api<LeaseCandidate> =
+        Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let list = candidates.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
 /// The controller runs only once the apiserver has elected itself in
 /// `kube-system`, which the harness does not create.
 async fn start_the_controller(f: &KubeFixture) {
@@ -119,16 +130,7 @@ pub(super) async fn the_controller_elects_and_moves_leadership(f: &KubeFixture) 
     let waiting_a = acquire(&a, "cand-a");
     let elected = acquire(&b, "cand-b");
     let waiting_c = acquire(&c, "cand-c");
-    let candidates: Api<LeaseCandidate> =
-        Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
-    while candidates
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .len()
-        < 3
-    {
+    while candidate_names(f).await.len() < 3 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let free = serde_json::json!({ "spec": { "holderIdentity": "" } });
@@ -182,12 +184,7 @@ pub(super) async fn the_controller_elects_and_moves_leadership(f: &KubeFixture) 
     for source in [&a, &b, &c, &d] {
         source.close().await.unwrap();
     }
-    let left = candidates.list(&ListParams::default()).await.unwrap();
-    let names: Vec<_> = left
-        .items
-        .iter()
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
+    let names = candidate_names(f).await;
     assert!(names.is_empty(), "candidates left behind: {names:?}");
 }
 
@@ -266,15 +263,7 @@ pub(super) async fn client_go_and_ours_share_an_election(f: &KubeFixture) {
     ours.close().await.unwrap();
     // client-go leaves its candidate behind (the controller's collector
     // removes it after hours); ours is gone.
-    let candidates: Api<LeaseCandidate> =
-        Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
-    let left = candidates.list(&ListParams::default()).await.unwrap();
-    let names: Vec<_> = left
-        .items
-        .iter()
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
-    assert_eq!(names, ["go-cand"]);
+    assert_eq!(candidate_names(f).await, ["go-cand"]);
 }
 
 /// What a coordinated acquire refuses before it waits: a holder identity
