@@ -11,6 +11,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::candidate::Candidate;
 use crate::client::Leases;
@@ -41,7 +42,16 @@ pub(crate) struct KubeGrant {
     release_for: std::time::Duration,
     /// Our LeaseCandidate in coordinated election, kept while we hold.
     candidate: Option<Candidate>,
+    /// The source's tasks: a release runs there, so that a caller who stops
+    /// waiting for it (a timeout during a partition) does not cut it short,
+    /// and the source's `close()` waits for it.
+    background: TaskTracker,
 }
+
+/// The least time a release keeps trying, whatever the lease duration: a
+/// partition or an apiserver restart often outlasts a short lease, and a
+/// record left naming us stays until a candidate takes the Lease over.
+const RELEASE_AT_LEAST: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl KubeGrant {
     /// Starts renewing.
@@ -61,6 +71,7 @@ impl KubeGrant {
         tracker: LeaseTracker,
         timings: LeaderTimings,
         candidate: Option<Candidate>,
+        background: TaskTracker,
     ) -> Self {
         let state = Arc::new(AsyncMutex::new(held));
         let stop = CancellationToken::new();
@@ -78,8 +89,9 @@ impl KubeGrant {
             state,
             stop,
             task,
-            release_for: timings.lease_duration,
+            release_for: timings.lease_duration.max(RELEASE_AT_LEAST),
             candidate,
+            background,
         }
     }
 }
@@ -102,30 +114,42 @@ impl GrantBackend for KubeGrant {
     /// naming us stays, and `holder()` reports it, until a candidate takes
     /// it over. So a write that failed (a timeout, a partition, an
     /// apiserver restarting, even a 403 while a restarted apiserver's
-    /// authorizer reloads its Roles) is retried for up to the lease
-    /// duration, also when the grant was already lost; the precondition
-    /// keeps a late retry from clearing anyone else's record.
+    /// authorizer reloads its Roles) is retried for the lease duration or
+    /// 15 s, whichever is longer, also when the grant was already lost and
+    /// also when the caller stops waiting (the retries run in a task of
+    /// the source, which `close()` waits for); the precondition keeps a
+    /// late retry from clearing anyone else's record.
     async fn release(self: Box<Self>) -> Result<()> {
         self.stop.cancel();
-        let mut held = self.state.lock().await;
-        let mut backoff = Backoff::within(self.release_for);
-        // Withdrawn first: the controller elects someone else when the
-        // Lease goes free, not us again.
-        if let Some(candidate) = &self.candidate {
-            if let Err(e) = candidate.leave().await {
-                tracing::warn!(lease = %held.key.name, error = %e, "could not delete our LeaseCandidate");
+        let (leases, state) = (self.leases.clone(), self.state.clone());
+        let (candidate, release_for) = (self.candidate.clone(), self.release_for);
+        let released = self.background.spawn(async move {
+            let mut held = state.lock().await;
+            let mut backoff = Backoff::within(release_for);
+            // Withdrawn first: the controller elects someone else when the
+            // Lease goes free, not us again.
+            if let Some(candidate) = &candidate {
+                if let Err(e) = candidate.leave().await {
+                    tracing::warn!(lease = %held.key.name, error = %e, "could not delete our LeaseCandidate");
+                }
             }
-        }
-        loop {
-            let error = match clear(&self.leases, &mut held).await {
-                Ok(()) => return Ok(()),
-                Err(e @ Error::Config(_)) => return Err(e),
-                Err(e) => e,
-            };
-            if !backoff.pause("kube release", &held.key.name, &error).await {
-                return Err(error);
+            loop {
+                let error = match clear(&leases, &mut held).await {
+                    Ok(()) => return Ok(()),
+                    Err(e @ Error::Config(_)) => return Err(e),
+                    Err(e) => e,
+                };
+                if !backoff.pause("kube release", &held.key.name, &error).await {
+                    return Err(error);
+                }
             }
-        }
+        });
+        released.await.unwrap_or_else(|e| {
+            Err(Error::backend(
+                "kube release",
+                format!("the release task ended: {e}"),
+            ))
+        })
     }
 }
 

@@ -527,6 +527,7 @@ impl KubeLeaseSource {
             tracker.clone(),
             timings,
             candidate,
+            self.inner.background.clone(),
         );
         Ok(fencing_core::backend::grant(
             info,
