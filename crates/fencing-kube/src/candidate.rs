@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fencing_core::{Error, Result};
+use fencing_core::{Error, ResourceName, Result};
 use k8s_openapi::api::coordination::v1beta1::{LeaseCandidate, LeaseCandidateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -114,20 +114,14 @@ fn semver(version: &str, what: &str) -> Result<(u64, u64, u64)> {
 /// The holder identity names the LeaseCandidate, and the controller writes
 /// that name into the Lease: it must be a DNS-1123 subdomain.
 pub(crate) fn check_identity(holder: &str) -> Result<()> {
-    let ok = !holder.is_empty()
-        && holder.len() <= 253
-        && holder
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && holder.as_bytes()[0].is_ascii_alphanumeric()
-        && holder.as_bytes()[holder.len() - 1].is_ascii_alphanumeric();
-    if ok {
-        return Ok(());
+    // The portable resource-name rule is exactly the DNS-1123 subdomain rule.
+    match ResourceName::new(holder) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::Config(format!(
+            "coordinated election: holder identity {holder:?} names the LeaseCandidate, so it must be a \
+             DNS-1123 subdomain ({e}); set AcquireOptions::holder"
+        ))),
     }
-    Err(Error::Config(format!(
-        "coordinated election: holder identity {holder:?} names the LeaseCandidate, so it must be a \
-         DNS-1123 subdomain (lowercase letters, digits, '-' and '.'); set AcquireOptions::holder"
-    )))
 }
 
 /// LeaseCandidate calls in one namespace.
