@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 export FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
-cargo build --locked -q --release -p fencing-integration --bins
+cargo build --locked -q --release -p fencing-bench --bins -p fencing-integration-tests --bin holder
 bin="${CARGO_TARGET_DIR:-target}/release"
 mkdir -p "$out"
 

@@ -18,6 +18,6 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$backend" ] || { echo "usage: scripts/campaign.sh --backend local|zk|zk38|etcd|etcd34|kube [--minutes N]" >&2; exit 2; }
 export FENCING_CACHE="${FENCING_CACHE:-$HOME/.cache/fencing}"
-cargo build --locked -q --release -p fencing-integration --bin campaign -p fencing-cli --bin fence
+cargo build --locked -q --release -p fencing-campaign --bin campaign -p fencing-cli --bin fence
 target_dir="${CARGO_TARGET_DIR:-target}"
 exec "$target_dir/release/campaign" run --backend "$backend" --seconds "$((minutes * 60))" "${extra[@]}"

@@ -5,7 +5,7 @@
 #   1. docker compose up -d --wait (health checks pass),
 #   2. the CLI's external_clusters tests against the README's URLs (on
 #      Kubernetes as the ServiceAccount kube-init made with rbac.yaml),
-#   3. faults through Docker (integration/tests/compose.rs): kill a member
+#   3. faults through Docker (integration/tests/tests/compose.rs): kill a member
 #      while a lock is held and awaited, restart the etcd set, disconnect a
 #      member from the network,
 #   4. docker compose down -v, also on failure or Ctrl-C; nothing is left.

@@ -9,11 +9,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fencing_examples::FileStore;
-use fencing_integration::etcd::cluster::EtcdVersion;
-use fencing_integration::etcd::fixture::EtcdFixture;
-use fencing_integration::zk::ensemble::ZkVersion;
-use fencing_integration::zk::fixture::ZkFixture;
-use fencing_integration::Reaped;
+use fencing_harness::etcd::cluster::EtcdVersion;
+use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::zk::ensemble::ZkVersion;
+use fencing_harness::zk::fixture::ZkFixture;
+use fencing_harness::Reaped;
 use rustix::process::Signal;
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use fencing_integration::postgres::server::PgServer;
+use fencing_harness::postgres::server::PgServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_pause_refuses_the_late_update() {

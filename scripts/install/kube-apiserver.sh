@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provides the real kube-apiserver that the Kubernetes tests run
-# (integration/src/kubernetes/cluster.rs): kube-apiserver $KUBERNETES_VERSION of
+# (integration/harness/src/kubernetes/cluster/): kube-apiserver $KUBERNETES_VERSION of
 # versions.env, built from the
 # Go module k8s.io/kubernetes by scripts/kube/build-apiserver.sh into
 #   ${FENCING_CACHE:-$HOME/.cache/fencing}/bin/kube-apiserver-v$KUBERNETES_VERSION

@@ -5,7 +5,7 @@
 #     the distribution's versioned server, e.g. postgresql-15) when no
 #     /usr/lib/postgresql/<ver>/bin has both `initdb` and `postgres`;
 #     the package must not start its own cluster: the tests run throwaway
-#     servers of their own (integration/src/postgres/server.rs picks the newest
+#     servers of their own (integration/harness/src/postgres/server.rs picks the newest
 #     /usr/lib/postgresql/*/bin).
 set -euo pipefail
 

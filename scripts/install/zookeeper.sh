@@ -9,7 +9,7 @@
 #     ${FENCING_CACHE:-$HOME/.cache/fencing}/zookeeper-$ZOOKEEPER_VERSION and
 #     `mvn dependency:copy-dependencies` into its lib/ directory, marked
 #     complete by a stamp file written last (nothing lands in the checkout).
-# (both versions from versions.env). integration/src/zk/ensemble.rs builds the servers' classpaths from these
+# (both versions from versions.env). integration/harness/src/zk/ensemble/ builds the servers' classpaths from these
 # same jar lists; keep the two in step.
 set -euo pipefail
 

@@ -7,12 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use fencing_integration::etcd::cluster::EtcdVersion;
-use fencing_integration::etcd::fixture::EtcdFixture;
-use fencing_integration::kubernetes::cluster::KubeUser;
-use fencing_integration::kubernetes::fixture::KubeFixture;
-use fencing_integration::zk::ensemble::ZkVersion;
-use fencing_integration::zk::fixture::ZkFixture;
+use fencing_harness::etcd::cluster::EtcdVersion;
+use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::kubernetes::cluster::KubeUser;
+use fencing_harness::kubernetes::fixture::KubeFixture;
+use fencing_harness::zk::ensemble::ZkVersion;
+use fencing_harness::zk::fixture::ZkFixture;
 
 fn etcd_url(f: &EtcdFixture) -> String {
     format!("etcd://{}{}", f.cluster.endpoints().join(","), f.prefix)

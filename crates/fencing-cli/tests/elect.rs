@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fencing_integration::Reaped;
+use fencing_harness::Reaped;
 use rustix::process::Signal;
 use serde_json::Value;
 

@@ -180,7 +180,7 @@ async fn keep_alive(renewer: Renewer, group: Arc<LeaseGroup>) {
 }
 
 /// The shortest TTL measured to survive any single member kill, pause or
-/// restart with quorum intact (integration/tests/member_faults.rs).
+/// restart with quorum intact (integration/harness/src/scenarios/member_faults.rs).
 const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(5);
 
 /// Pause before a failed renewal is tried again.

@@ -2,7 +2,7 @@
 //! does. A stream per watch costs a server stream slot each: with a cap of
 //! 100 concurrent streams (a common server or proxy setting), a few hundred
 //! held locks took every slot, the lease keep-alive could not get one, and
-//! every grant was lost at once (integration/tests/etcd_many_locks.rs).
+//! every grant was lost at once (integration/tests/tests/integration/etcd/many_locks.rs).
 //!
 //! One task owns the stream. Watch ids on the stream are chosen here (etcd
 //! 3.4+ accepts them), so creates need no reply to be matched, and each

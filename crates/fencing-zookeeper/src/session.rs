@@ -84,7 +84,7 @@ impl Zk {
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// The shortest session timeout measured to survive any single server
-/// kill, pause or restart with quorum intact (integration/tests/timing.rs).
+/// kill, pause or restart with quorum intact (integration/tests/tests/timing.rs).
 const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(6);
 
 /// How long an answered heartbeat keeps the lease, of the session timeout.
@@ -366,7 +366,7 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
 async fn heartbeat(client: Client, dialer: Dialer, group: Arc<LeaseGroup>) {
     let timeout = client.session_timeout();
     // Often enough that the lease, 0.675 of the timeout, outlasts an
-    // election right after a renewal (integration/tests/timing.rs).
+    // election right after a renewal (integration/tests/tests/timing.rs).
     let period = timeout / 6;
     let mut states = client.state_watcher();
     let ended = loop {

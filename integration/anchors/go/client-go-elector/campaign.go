@@ -1,6 +1,6 @@
 package main
 
-// The anchor client of the Rust fault campaign (integration/src/campaign):
+// The anchor client of the Rust fault campaign (integration/campaign):
 // client-go's leader election with a LeaseLock on the same Lease as the
 // campaign's Rust clients (the lock's name in their namespace), under the
 // same faults, speaking their line protocol. Each hold is one

@@ -1,6 +1,6 @@
 package main
 
-// The anchor client of the Rust fault campaign (integration/src/campaign):
+// The anchor client of the Rust fault campaign (integration/campaign):
 // concurrency.Mutex on the same lock prefix as the campaign's Rust clients,
 // under the same faults, speaking their line protocol. It learns of a lost
 // session only when Session.Done() closes, as a Go user of the package

@@ -1,4 +1,4 @@
-// The anchor client of the Rust fault campaign (integration/src/campaign):
+// The anchor client of the Rust fault campaign (integration/campaign):
 // Curator's InterProcessMutex on the same lock path as the campaign's Rust
 // clients (their zk:// path + "/" + the lock), under the same faults,
 // speaking their line protocol. It learns of a lost grant only through

@@ -1,0 +1,228 @@
+//! The controller of one campaign: a cluster in network namespaces, client
+//! processes in namespaces of their own, a seeded nemesis, and the recorded
+//! history checked and drawn at the end.
+//!
+//! Split the way Jepsen splits a test: the world the run acts on
+//! ([`world`]: the cluster, the storage, the client processes), the relay
+//! of each client's lines into the history ([`relay`], [`recorder`]), what
+//! the clients do ([`workload`], with the lock workload's [`anchor`]
+//! client), the fault schedule and its executor
+//! ([`nemesis`](super::nemesis)) and the checker
+//! ([`checker`](super::checker)); here the entry point, [`run`], and the
+//! loop that drives the nemesis.
+
+mod anchor;
+mod recorder;
+mod relay;
+mod workload;
+mod world;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::checker::{self, Report};
+use super::history::{EventKind, NEMESIS};
+use super::nemesis::{Fault, Nemesis};
+use super::rng::Rng;
+use super::timeline;
+use fencing_harness::etcd::cluster::EtcdVersion;
+use fencing_harness::namespaced::Kind;
+use world::{finish, setup};
+
+pub use recorder::Recorder;
+pub use workload::{lock_names, Workload, MAX_LOCKS};
+pub use world::{heal_everything, ClientProc, Clock, World};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub kind: Kind,
+    /// How long faults are injected; with `until_floors`, the longest.
+    pub duration: Duration,
+    /// Stop injecting faults as soon as the run has reached `min_grants`,
+    /// `min_faults` and drawn every fault kind of its lanes: a run sized by
+    /// what it proves, not by minutes (a slower machine takes longer).
+    pub until_floors: bool,
+    pub seed: u64,
+    pub clients: usize,
+    /// How many locks the clients are spread over ([`lock_names`]).
+    pub locks: usize,
+    pub out: PathBuf,
+    /// The clients' session or lease length.
+    pub ttl: Duration,
+    /// Fewer grants or faults than these make the run fail: a campaign that
+    /// exercised too little proves too little.
+    pub min_grants: usize,
+    pub min_faults: usize,
+    /// What the clients do.
+    pub workload: Workload,
+    /// The last client is an anchor instead (lock workload only): Go's
+    /// `concurrency.Mutex` on etcd, Curator's `InterProcessMutex` on
+    /// ZooKeeper, client-go's leader election on Kubernetes.
+    pub anchor: bool,
+    /// Every storage write also goes to a PostgreSQL server through a
+    /// fence column, and the nemesis crashes and pauses that server.
+    pub postgres: bool,
+}
+
+/// What a run found.
+pub struct Outcome {
+    pub report: Report,
+    /// Locks still held at the coordinator after every client stopped.
+    pub leftover_holder: Option<String>,
+    /// Minimums of the configuration that the run fell short of: too
+    /// little exercised, which is not a broken property.
+    pub shortfalls: Vec<String>,
+    /// How long faults were injected.
+    pub faulted: Duration,
+    pub history: PathBuf,
+    /// The wall-clock (UTC) time of the history's first event, as the
+    /// members' logs write time.
+    pub history_starts: String,
+    pub timeline: PathBuf,
+}
+
+impl Outcome {
+    /// Every property held and nothing was left behind.
+    pub fn held(&self) -> bool {
+        self.report.passed() && self.leftover_holder.is_none()
+    }
+
+    pub fn passed(&self) -> bool {
+        self.held() && self.shortfalls.is_empty()
+    }
+}
+
+/// How long, in fault-free time, a lock someone is acquiring may go
+/// without a grant after a fault heals: the longest hold a client makes
+/// (the waiter may be queued behind it; a holder that died or was cut off
+/// keeps the lock for its lease, which is shorter), plus one acquire's wait
+/// bound (a waiter whose session or watch died in the fault learns of it
+/// then, and queues again), plus what the servers need to serve again: a
+/// ZooKeeper follower has initLimit x tickTime (50 x 200 ms) to join a new
+/// leader; etcd elects within twice its longest election timeout (2 x 5 s,
+/// the distant member); the apiserver gets the same 10 s to start. A local
+/// source has no server.
+pub fn heal_bound(kind: Kind, ttl: Duration) -> Duration {
+    let longest_hold = (ttl * 5 / 2).max(Duration::from_secs(3));
+    let acquire_wait = Duration::from_secs(5);
+    let servers = match kind {
+        Kind::Local => Duration::ZERO,
+        Kind::Zk(_) | Kind::Etcd(_) | Kind::Kube => Duration::from_secs(10),
+    };
+    longest_hold + acquire_wait + servers
+}
+
+/// Runs a whole campaign and checks it.
+pub async fn run(cfg: Config) -> Result<Outcome, String> {
+    std::fs::create_dir_all(&cfg.out).map_err(|e| e.to_string())?;
+    let history_path = cfg.out.join("history.jsonl");
+    let recorder = Arc::new(Recorder::create(&history_path).map_err(|e| e.to_string())?);
+    let mut world = setup(&cfg, recorder.clone()).await?;
+    let result = campaign(&cfg, &mut world).await;
+    let leftover = finish(&mut world).await;
+    let mut stored = world.storage.finish().await;
+    if let (Ok(stored), Some(pg)) = (&mut stored, &world.postgres) {
+        stored.marks.extend(pg.fences().await?);
+    }
+    let (faulted, undrawn) = result?;
+    let events = recorder.events();
+    let bugs = checker::BackendFacts {
+        resumed_leader_revokes_leases: matches!(cfg.kind, Kind::Etcd(EtcdVersion::V3_4)),
+        candidates_judge_expiry_on_their_clocks: cfg.kind == Kind::Kube,
+        heal_bound: Some(heal_bound(cfg.kind, cfg.ttl)),
+    };
+    let report = checker::check_with_stored(&events, &stored?, bugs);
+    let title = format!("{:?} campaign, seed {}", cfg.kind, cfg.seed);
+    // A window page of an earlier run in the same folder would mislead.
+    for old in std::fs::read_dir(&cfg.out)
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        let name = old.file_name().to_string_lossy().into_owned();
+        if name.starts_with("timeline-") && name.ends_with(".html") {
+            let _ = std::fs::remove_file(old.path());
+        }
+    }
+    for page in timeline::render_pages(&events, &report, &title) {
+        std::fs::write(cfg.out.join(&page.file), page.html).map_err(|e| e.to_string())?;
+    }
+    let timeline_path = cfg.out.join("timeline.html");
+    let grants = report.figures.grants;
+    let faults: usize = report.figures.faults_by_kind.values().sum();
+    let mut shortfalls = Vec::new();
+    if grants < cfg.min_grants {
+        shortfalls.push(format!("{grants} grants, fewer than {}", cfg.min_grants));
+    }
+    if faults < cfg.min_faults {
+        shortfalls.push(format!("{faults} faults, fewer than {}", cfg.min_faults));
+    }
+    if cfg.until_floors && !undrawn.is_empty() {
+        let names: Vec<&str> = undrawn.iter().map(|f| f.name()).collect();
+        shortfalls.push(format!("never drawn: {}", names.join(", ")));
+    }
+    let first_event = std::time::Duration::from_nanos(report.origin_ns);
+    let history_starts = recorder
+        .wall_origin
+        .checked_add(first_event)
+        .map_or_else(|_| "?".to_owned(), |t| t.to_string());
+    Ok(Outcome {
+        history_starts,
+        report,
+        leftover_holder: leftover,
+        shortfalls,
+        faulted,
+        history: history_path,
+        timeline: timeline_path,
+    })
+}
+
+/// The fault schedule: two lanes (cluster faults, client faults) until the
+/// duration ends (or, with `until_floors`, the floors are reached), then
+/// healing and a recovery window. Returns how long faults were injected
+/// and the fault kinds never drawn.
+async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Fault>), String> {
+    let began = Instant::now();
+    let deadline = began + cfg.duration;
+    let mut nemesis = Nemesis::new(
+        Rng::new(cfg.seed),
+        world.clients.len(),
+        cfg.kind,
+        cfg.ttl,
+        cfg.postgres,
+    );
+    // Let the clients take their first grants before the first fault.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while Instant::now() < deadline {
+        let reached = world.recorder.grants() >= cfg.min_grants
+            && nemesis.started() >= cfg.min_faults as u64
+            && nemesis.undrawn().is_empty();
+        if cfg.until_floors && reached {
+            break;
+        }
+        let step = nemesis.next_step();
+        let started = nemesis.start(world, &[step.cluster, step.client]).await?;
+        tokio::time::sleep(step.storage_at).await;
+        let storage = nemesis.start(world, step.storage.as_slice()).await?;
+        tokio::time::sleep(step.duration - step.storage_at).await;
+        // The storage first: a paused client's first write after its
+        // resumption reaches the restarted storage.
+        nemesis.end(world, storage).await?;
+        nemesis.end(world, started).await?;
+        tokio::time::sleep(step.gap).await;
+    }
+    let faulted = began.elapsed();
+    nemesis.finish(world).await?;
+    heal_everything(world).await?;
+    let healed = world
+        .recorder
+        .record(NEMESIS, EventKind::FaultEnd { id: u64::MAX });
+    // Liveness: a grant after the last fault healed, within a bound.
+    let bound = Duration::from_secs(20);
+    let started = Instant::now();
+    while !world.recorder.granted_since(healed) && started.elapsed() < bound {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((faulted, nemesis.undrawn()))
+}

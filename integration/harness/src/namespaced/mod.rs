@@ -1,0 +1,401 @@
+//! Clusters whose members live in network namespaces of their own (a
+//! ZooKeeper ensemble, an etcd cluster, kube-apiserver on three etcd
+//! members), so that a test or the fault campaign can cut the links between
+//! them as well as kill, restart, pause and resume each member. Each member
+//! is a [`MemberProcess`], the process control the loopback clusters use.
+
+pub mod kube;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rustix::process::Signal;
+
+use crate::member::MemberProcess;
+use crate::net::netns::Host;
+use crate::zk::ensemble::ZkVersion;
+
+/// Members do not fsync (`forceSync=no`, etcd 3.6's `--unsafe-no-fsync`):
+/// the campaign kills processes,
+/// which never loses the page cache, and an fsync per write on these shared
+/// disks would cut the grants per minute several times.
+///
+/// ZooKeeper's tick here: a follower cut off from its leader notices after
+/// `SYNC_LIMIT` ticks (2 s), longer than the clients' 1 s sessions, which
+/// is exactly the window in which a cut-off follower still answers.
+const TICK_MS: u64 = 200;
+const SYNC_LIMIT: u64 = 10;
+
+/// One member process in its namespace, and how to start it again.
+pub struct Member {
+    pub host: Host,
+    command: MemberCommand,
+    process: MemberProcess,
+}
+
+impl Member {
+    /// Starts it (again, after a kill); it dies with this process, even
+    /// one killed outright, so a member never outlives its campaign.
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        let mut cmd = (self.command)();
+        crate::process::die_with_parent(&mut cmd, Signal::KILL);
+        self.process.start(&mut cmd)
+    }
+
+    /// SIGKILL and reap; the data stays for [`Member::restart`].
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// SIGSTOP: it answers nothing and keeps its sockets open.
+    pub fn pause(&mut self) {
+        self.process.pause();
+    }
+
+    /// SIGCONT after [`Member::pause`].
+    pub fn resume(&mut self) {
+        self.process.resume();
+    }
+
+    /// Whether there is a process (running or paused).
+    pub fn is_running(&self) -> bool {
+        self.process.is_running()
+    }
+
+    /// The last lines of the member's log, for failure reports.
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+}
+
+/// Which cluster runs in the namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `LocalSource` on a directory the clients share: no members, no
+    /// network (faults are on the clients and their clocks only).
+    Local,
+    Zk(ZkVersion),
+    Etcd(crate::etcd::cluster::EtcdVersion),
+    /// kube-apiserver (the last member) on three etcd 3.6 members.
+    Kube,
+}
+
+impl Kind {
+    /// How many member processes (each in its own namespace) it runs.
+    pub fn members(self) -> usize {
+        match self {
+            Kind::Local => 0,
+            Kind::Zk(_) | Kind::Etcd(_) => VOTERS,
+            Kind::Kube => VOTERS + 1,
+        }
+    }
+}
+
+/// The members that hold the quorum (ZooKeeper or etcd servers); the
+/// apiserver of a Kubernetes cluster comes after them.
+pub const VOTERS: usize = 3;
+
+/// The etcd campaign's distant member: its election timeout is
+/// [`DISTANT_ELECTION_MS`], the others' 1000 ms, as operators set it for a
+/// member far from the rest. Once it leads and is cut off, it leads on
+/// until CheckQuorum counts its own timeout, while the others elect a new
+/// leader within about a second (`Fault::DeposeDistantLeader`).
+pub const DISTANT: usize = 0;
+pub const DISTANT_ELECTION_MS: u64 = 5000;
+/// etcd's `--election-timeout` of every other member, in ms.
+const ELECTION_MS: u64 = 1000;
+
+impl Tuning {
+    /// The campaign's settings for `kind`.
+    pub fn campaign(kind: Kind) -> Tuning {
+        let mut tuning = Tuning::default();
+        if let Kind::Etcd(_) = kind {
+            tuning.election_timeouts_ms = vec![ELECTION_MS; VOTERS];
+            tuning.election_timeouts_ms[DISTANT] = DISTANT_ELECTION_MS;
+        }
+        tuning
+    }
+}
+
+/// Timing settings of the members that a test may change.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// ZooKeeper's syncLimit in ticks of 200 ms: how long a follower cut
+    /// off from its leader goes on answering.
+    pub sync_limit: u64,
+    /// etcd's `--election-timeout` of each member, in ms (the heartbeat
+    /// interval stays 100 ms); members past the end of the list take
+    /// [`ELECTION_MS`].
+    /// A member with a longer one leads on longer once cut off (CheckQuorum
+    /// counts its own election timeout), as operators set it for a distant
+    /// member.
+    pub election_timeouts_ms: Vec<u64>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            sync_limit: SYNC_LIMIT,
+            election_timeouts_ms: Vec::new(),
+        }
+    }
+}
+
+/// The members of one cluster.
+pub struct Cluster {
+    pub kind: Kind,
+    pub members: Vec<Member>,
+    /// The admin's kubeconfig of a Kubernetes cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// Its clients' kubeconfig (RBAC-limited to Leases).
+    pub client_kubeconfig: Option<PathBuf>,
+}
+
+impl Cluster {
+    /// Writes the members' configuration under `dir` and starts them.
+    pub fn start(kind: Kind, hosts: &[Host], dir: &Path) -> Result<Cluster, String> {
+        Self::start_tuned(kind, hosts, dir, &Tuning::default())
+    }
+
+    /// Like [`Cluster::start`], with the members' timing settings of `tuning`.
+    pub fn start_tuned(
+        kind: Kind,
+        hosts: &[Host],
+        dir: &Path,
+        tuning: &Tuning,
+    ) -> Result<Cluster, String> {
+        let mut members = Vec::new();
+        let (mut kubeconfig, mut client_kubeconfig) = (None, None);
+        let voters = &hosts[..VOTERS.min(hosts.len())];
+        for (i, host) in hosts.iter().enumerate() {
+            let member_dir = dir.join(format!("m{}", i + 1));
+            std::fs::create_dir_all(&member_dir).map_err(|e| e.to_string())?;
+            let etcd36 = crate::etcd::cluster::EtcdVersion::V3_6;
+            let command = match kind {
+                Kind::Local => return Err("a local campaign has no members".into()),
+                Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, tuning.sync_limit)?,
+                Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir, tuning)?,
+                Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir, tuning)?,
+                Kind::Kube => {
+                    let plane = kube::control_plane(host, voters, &member_dir)?;
+                    kubeconfig = Some(plane.kubeconfig);
+                    client_kubeconfig = Some(plane.client_kubeconfig);
+                    plane.command
+                }
+            };
+            let name = format!("m{}", i + 1);
+            members.push(Member {
+                host: host.clone(),
+                command,
+                process: MemberProcess::new(name, member_dir.join("member.log")),
+            });
+        }
+        for m in &mut members {
+            m.restart()
+                .map_err(|e| format!("starting member in {}: {e}", m.host.ns))?;
+        }
+        Ok(Cluster {
+            kind,
+            members,
+            kubeconfig,
+            client_kubeconfig,
+        })
+    }
+
+    /// Client port of every voter.
+    pub fn port(&self) -> u16 {
+        match self.kind {
+            Kind::Zk(_) => 2181,
+            _ => 2379,
+        }
+    }
+
+    /// `ip:port` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("{}:{}", self.members[i].host.ip, self.port())
+    }
+
+    /// The URL of client `client`'s source. Client `i` of the first
+    /// [`VOTERS`] talks to member `i` only (so a cut-off member's clients
+    /// still reach it, as in the partitions that break leases); the rest
+    /// talk to every member. Kubernetes clients all talk to the apiserver.
+    pub fn client_url(&self, client: usize, session: Duration) -> String {
+        if client < VOTERS {
+            self.url(&[client], session)
+        } else {
+            self.url(&(0..VOTERS).collect::<Vec<_>>(), session)
+        }
+    }
+
+    /// The URL of a source that talks only to the members in `which`.
+    pub fn url(&self, which: &[usize], session: Duration) -> String {
+        let hosts: Vec<String> = which.iter().map(|&i| self.endpoint(i)).collect();
+        let hosts = hosts.join(",");
+        let secs = session.as_secs_f64();
+        match (self.kind, &self.client_kubeconfig) {
+            (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
+            (Kind::Kube, Some(kubeconfig)) => kube::source_url(kubeconfig, session),
+            _ => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),
+        }
+    }
+
+    /// Asks member `i`, from inside its own namespace (which no partition
+    /// cuts it off from), whether it leads.
+    pub fn is_leader(&self, i: usize) -> bool {
+        let via = &self.members[i].host;
+        let ip = via.ip;
+        let probe = match self.kind {
+            // A four-letter word over bash's /dev/tcp: no extra tools.
+            Kind::Zk(_) => format!(
+                "exec 3<>/dev/tcp/{ip}/2181 && printf srvr >&3 && timeout 2 cat <&3"
+            ),
+            _ => format!(
+                "exec 3<>/dev/tcp/{ip}/2379 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 2 cat <&3"
+            ),
+        };
+        let Ok(out) = via
+            .command("timeout")
+            .args(["3", "bash", "-c", &probe])
+            .output()
+        else {
+            return false;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        match self.kind {
+            Kind::Zk(_) => text.contains("Mode: leader") || text.contains("Mode: standalone"),
+            _ => text.lines().any(|l| l.trim() == "etcd_server_is_leader 1"),
+        }
+    }
+
+    /// The member that says it leads now (a paused one answers nothing).
+    pub fn leader(&self) -> Option<usize> {
+        (0..VOTERS.min(self.members.len())).find(|&i| {
+            let m = &self.members[i];
+            m.process.is_live() && self.is_leader(i)
+        })
+    }
+
+    /// Ends every pause (faults must not outlive the run).
+    pub fn resume_all(&mut self) {
+        for m in &mut self.members {
+            if m.process.is_paused() {
+                m.resume();
+            }
+        }
+    }
+
+    /// Starts members that a fault left dead.
+    pub fn restart_dead(&mut self) -> std::io::Result<()> {
+        for m in &mut self.members {
+            if !m.is_running() {
+                m.restart()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+type MemberCommand = Box<dyn Fn() -> Command + Send + Sync>;
+
+fn zk_member(
+    version: ZkVersion,
+    hosts: &[Host],
+    i: usize,
+    dir: &Path,
+    sync_limit: u64,
+) -> Result<MemberCommand, String> {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    std::fs::write(data.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
+    let mut cfg = format!(
+        "tickTime={TICK_MS}\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
+         clientPort=2181\nclientPortAddress={}\nadmin.enableServer=false\n\
+         4lw.commands.whitelist=*\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
+         forceSync=no\n",
+        data.display(),
+        hosts[i].ip,
+    );
+    for (j, h) in hosts.iter().enumerate() {
+        cfg.push_str(&format!("server.{}={}:2888:3888\n", j + 1, h.ip));
+    }
+    let config = dir.join("zoo.cfg");
+    std::fs::write(&config, cfg).map_err(|e| e.to_string())?;
+    let classpath = version.classpath().map_err(|e| e.to_string())?;
+    let java = std::env::var_os("JAVA_HOME")
+        .map(|home| PathBuf::from(home).join("bin/java"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("java"));
+    let host = hosts[i].clone();
+    let dir = dir.to_owned();
+    Ok(Box::new(move || {
+        let mut cmd = host.command(&java);
+        for var in [
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "CLASSPATH",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.current_dir(&dir)
+            .args(["-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .args([
+                "-Djava.net.preferIPv4Stack=true",
+                "-Dzookeeper.cnxTimeout=1000",
+                // Timestamps as etcd writes them (UTC, ISO 8601), so a gap
+                // in the history can be laid against the members' elections.
+                "-Duser.timezone=UTC",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX",
+            ])
+            .arg("-cp")
+            .arg(&classpath)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&config);
+        cmd
+    }))
+}
+
+fn etcd_member(
+    version: crate::etcd::cluster::EtcdVersion,
+    hosts: &[Host],
+    i: usize,
+    dir: &Path,
+    tuning: &Tuning,
+) -> Result<MemberCommand, String> {
+    let election_timeout = tuning
+        .election_timeouts_ms
+        .get(i)
+        .copied()
+        .unwrap_or(ELECTION_MS);
+    let binary = version.binary().map_err(|e| e.to_string())?;
+    let cluster: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .map(|(j, h)| format!("m{}=http://{}:2380", j + 1, h.ip))
+        .collect();
+    let cluster = cluster.join(",");
+    let host = hosts[i].clone();
+    let data = dir.join("data");
+    Ok(Box::new(move || {
+        let ip = host.ip;
+        let mut cmd = host.command(&binary);
+        cmd.arg(format!("--name=m{}", i + 1))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-peer-urls=http://{ip}:2380"))
+            .arg(format!("--initial-advertise-peer-urls=http://{ip}:2380"))
+            .arg(format!("--listen-client-urls=http://{ip}:2379"))
+            .arg(format!("--advertise-client-urls=http://{ip}:2379"))
+            .arg(format!("--initial-cluster={cluster}"))
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=campaign")
+            .arg("--heartbeat-interval=100")
+            .arg(format!("--election-timeout={election_timeout}"));
+        // As for ZooKeeper's forceSync=no (see TICK_MS); 3.4 has no such flag.
+        if version == crate::etcd::cluster::EtcdVersion::V3_6 {
+            cmd.arg("--unsafe-no-fsync");
+        }
+        cmd
+    }))
+}

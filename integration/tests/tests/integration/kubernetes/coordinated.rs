@@ -1,0 +1,295 @@
+//! Coordinated leader election (KEP-4355) with kube-apiserver's own
+//! election controller: our candidates publish LeaseCandidates, the
+//! controller picks the holder by its strategy, moves leadership to a
+//! better candidate through `preferredHolder`, and the yielded holder's
+//! late write is refused by the gate. Runs on the `lease_fields`
+//! apiserver (started with the CoordinatedLeaderElection gate and
+//! `coordination.k8s.io/v1beta1`).
+
+use std::time::Duration;
+
+use fencing::{
+    AcquireOptions, Error, FencingSource, Gate, Grant, LossReason, MemoryGate, ResourceName,
+};
+use fencing_harness::kubernetes::cluster::{client_go_elector_binary, KubeUser};
+use fencing_harness::kubernetes::fixture::{client_go_timing_flags, KubeFixture};
+use fencing_harness::Reaped;
+use fencing_kube::{Candidacy, KubeLeaseSource};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1beta1::LeaseCandidate;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::Api;
+
+const LEASE: &str = "coordinated";
+
+/// The controller's election takes a few of its own steps (ping the
+/// candidates, wait for their answers): generous, as a bound only.
+const ELECTION: Duration = Duration::from_secs(60);
+
+async fn candidate(f: &KubeFixture, binary: &str, emulation: &str) -> KubeLeaseSource {
+    let me = Candidacy::new(binary)
+        .and_then(|c| c.emulation_version(emulation))
+        .unwrap();
+    let options = f.options().coordinated(me);
+    KubeLeaseSource::connect(f.config(KubeUser::Admin).options(options))
+        .await
+        .unwrap()
+}
+
+fn acquire_on(
+    lease: &'static str,
+    source: &KubeLeaseSource,
+    holder: &str,
+) -> tokio::task::JoinHandle<fencing::Result<Grant>> {
+    let (source, opts) = (
+        source.clone(),
+        AcquireOptions::new().holder(holder).timeout(ELECTION),
+    );
+    tokio::spawn(async move { source.acquire(&ResourceName::new(lease)?, &opts).await })
+}
+
+fn acquire(
+    source: &KubeLeaseSource,
+    holder: &str,
+) -> tokio::task::JoinHandle<fencing::Result<Grant>> {
+    acquire_on(LEASE, source, holder)
+}
+
+/// The acquire, if it has not ended (a second holder, or an error).
+async fn still_waiting(
+    acquire: tokio::task::JoinHandle<fencing::Result<Grant>>,
+) -> tokio::task::JoinHandle<fencing::Result<Grant>> {
+    if acquire.is_finished() {
+        panic!(
+            "only one holder; this acquire ended with {:?}",
+            acquire.await
+        );
+    }
+    acquire
+}
+
+/// The LeaseCandidates in the test namespace.
+async fn candidate_names(f: &KubeFixture) -> Vec<String> {
+    let candidates: Api<LeaseCandidate> =
+        Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let list = candidates.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect()
+}
+
+/// The controller runs only once the apiserver has elected itself in
+/// `kube-system`, which the harness does not create.
+async fn start_the_controller(f: &KubeFixture) {
+    let namespaces: Api<Namespace> = Api::all(f.cluster(|c| c.admin_client()));
+    let system = Namespace {
+        metadata: ObjectMeta {
+            name: Some("kube-system".into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match namespaces.create(&PostParams::default(), &system).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create kube-system: {e}"),
+    }
+}
+
+/// Three candidates; the controller names the one with the oldest
+/// emulation version. A fourth, older still, joins: the controller asks
+/// the holder to yield, its `lost()` says `Yielded`, it releases, and the
+/// fourth leads with a higher token, after which the gate refuses the
+/// yielded holder's write. The waiting candidates' acquires, dropped,
+/// leave no LeaseCandidate behind once their sources are closed.
+pub(super) async fn the_controller_elects_and_moves_leadership(f: &KubeFixture) {
+    start_the_controller(f).await;
+    let (a, b, c, d) = (
+        candidate(f, "1.36.0", "1.36.0").await,
+        candidate(f, "1.36.0", "1.35.0").await,
+        candidate(f, "1.37.0", "1.36.0").await,
+        candidate(f, "1.36.0", "1.34.0").await,
+    );
+    // The controller elects as soon as one candidate shows up: the Lease
+    // is held by a placeholder until all three have, then freed.
+    let leases: Api<Lease> = Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let placeholder = serde_json::json!({
+        "metadata": { "name": LEASE },
+        "spec": {
+            "holderIdentity": "placeholder",
+            "strategy": "OldestEmulationVersion",
+            "leaseDurationSeconds": 60,
+        },
+    });
+    let mut held: Lease = serde_json::from_value(placeholder).unwrap();
+    held.spec.as_mut().unwrap().renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    leases.create(&PostParams::default(), &held).await.unwrap();
+    let waiting_a = acquire(&a, "cand-a");
+    let elected = acquire(&b, "cand-b");
+    let waiting_c = acquire(&c, "cand-c");
+    while candidate_names(f).await.len() < 3 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let free = serde_json::json!({ "spec": { "holderIdentity": "" } });
+    leases
+        .patch(LEASE, &PatchParams::default(), &Patch::Merge(&free))
+        .await
+        .unwrap();
+    let first = elected
+        .await
+        .unwrap()
+        .expect("the oldest emulation version is elected");
+    let (waiting_a, waiting_c) = (
+        still_waiting(waiting_a).await,
+        still_waiting(waiting_c).await,
+    );
+    assert!(b.validate(&first).await.unwrap());
+
+    let gate = MemoryGate::new();
+    let resource = ResourceName::new(LEASE).unwrap();
+    gate.admit_any_source(&resource, first.token())
+        .await
+        .unwrap();
+
+    let better = acquire(&d, "cand-d");
+    let reason = tokio::time::timeout(ELECTION, first.lost())
+        .await
+        .expect("the controller asks the holder to yield");
+    assert_eq!(reason, LossReason::Yielded);
+    let yielded = first.token();
+    first.release().await.unwrap();
+    let next = better
+        .await
+        .unwrap()
+        .expect("the better candidate is elected");
+    assert!(next.token() > yielded, "{} after {yielded}", next.token());
+    gate.admit_any_source(&resource, next.token())
+        .await
+        .unwrap();
+    match gate.admit_any_source(&resource, yielded).await {
+        Err(Error::Stale { .. }) => {}
+        other => panic!("the yielded holder's late write: {other:?}"),
+    }
+
+    for waiting in [waiting_a, waiting_c] {
+        waiting.abort();
+        // Dropped once the abort is seen: its candidate's deletion is then
+        // a task of the source, which close() waits for.
+        assert!(waiting.await.unwrap_err().is_cancelled());
+    }
+    next.release().await.unwrap();
+    for source in [&a, &b, &c, &d] {
+        source.close().await.unwrap();
+    }
+    let names = candidate_names(f).await;
+    assert!(names.is_empty(), "candidates left behind: {names:?}");
+}
+
+/// A client-go candidate (`NewCandidate` and `Coordinated: true`) and ours
+/// in one election. client-go's candidate leads alone; ours joins with an
+/// older emulation version, so the controller asks client-go's leader to
+/// yield (`preferredHolder`); it stops leading and releases, and ours is
+/// elected with a higher token than the one client-go read back.
+pub(super) async fn client_go_and_ours_share_an_election(f: &KubeFixture) {
+    const MIXED: &str = "coordinated-mixed";
+    let binary = client_go_elector_binary().unwrap_or_else(|e| panic!("{e}"));
+    let go = Reaped::spawn(
+        std::process::Command::new(&binary)
+            .arg("--kubeconfig")
+            .arg(f.kubeconfig(KubeUser::Admin))
+            .args([
+                "--namespace",
+                f.namespace(),
+                "--name",
+                MIXED,
+                "--identity",
+                "go-cand",
+            ])
+            .args(["--coordinated", "1.36.0", "--hold", "60s"])
+            .args(client_go_timing_flags()),
+    )
+    .expect("start client-go-elector");
+    let (go, mut lines) = tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        while let Some(line) = go.next_line(ELECTION) {
+            let event = serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default();
+            let leading = event["event"] == "leading";
+            lines.push(event);
+            if leading {
+                break;
+            }
+        }
+        (go, lines)
+    })
+    .await
+    .unwrap();
+    let leading = lines
+        .last()
+        .filter(|l| l["event"] == "leading")
+        .unwrap_or_else(|| panic!("client-go's candidate alone is never elected: {lines:?}"));
+    let go_token: u64 = leading["token"].as_str().unwrap().parse().unwrap();
+
+    let ours = candidate(f, "1.36.0", "1.35.0").await;
+    let grant = acquire_on(MIXED, &ours, "rust-cand")
+        .await
+        .unwrap()
+        .expect("ours, the older emulation version, is elected");
+    assert!(
+        grant.token().get() > go_token,
+        "{} after {go_token}",
+        grant.token()
+    );
+    lines.extend(
+        tokio::task::spawn_blocking(move || {
+            std::iter::from_fn(|| go.next_line(ELECTION))
+                .map(|l| serde_json::from_str::<serde_json::Value>(&l).unwrap_or_default())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap(),
+    );
+    let events: Vec<_> = lines
+        .iter()
+        .map(|l| l["event"].as_str().unwrap_or("?"))
+        .collect();
+    assert!(
+        events.ends_with(&["stopped_leading", "done"]),
+        "client-go stepped down and ended its round: {events:?}"
+    );
+    grant.release().await.unwrap();
+    ours.close().await.unwrap();
+    // client-go leaves its candidate behind (the controller's collector
+    // removes it after hours); ours is gone.
+    assert_eq!(candidate_names(f).await, ["go-cand"]);
+}
+
+/// What a coordinated acquire refuses before it waits: a holder identity
+/// that cannot name a LeaseCandidate (a typed configuration error), and a
+/// user whose Role grants Leases but not LeaseCandidates (a permission
+/// error naming the resource and the verb it lacks).
+pub(super) async fn a_coordinated_acquire_names_what_is_missing(f: &KubeFixture) {
+    let me = Candidacy::new("1.36.0").unwrap();
+    let coordinated = |user| f.config(user).options(f.options().coordinated(me.clone()));
+    let admin = KubeLeaseSource::connect(coordinated(KubeUser::Admin))
+        .await
+        .unwrap();
+    let lock = ResourceName::new("coordinated-refused").unwrap();
+    let wait = |holder: &str| AcquireOptions::new().holder(holder).timeout(ELECTION);
+    match admin.acquire(&lock, &wait("Not_A_Name")).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("DNS-1123"), "{msg}"),
+        other => panic!("a holder that cannot name a LeaseCandidate: {other:?}"),
+    }
+    let user = KubeLeaseSource::connect(coordinated(KubeUser::LeaseUser))
+        .await
+        .unwrap();
+    match user.acquire(&lock, &wait("lease-user-0")).await {
+        Err(Error::PermissionDenied(msg)) => {
+            assert!(msg.contains("leasecandidates.coordination.k8s.io"), "{msg}");
+            assert!(msg.contains("\"create\""), "{msg}");
+        }
+        other => panic!("a user without LeaseCandidate rights: {other:?}"),
+    }
+}
