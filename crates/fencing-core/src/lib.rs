@@ -36,6 +36,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+mod connection;
 #[cfg(feature = "local")]
 mod durable;
 mod error;
@@ -56,6 +57,7 @@ mod suspend;
 mod timings;
 mod token;
 
+pub use connection::{Credentials, TlsFiles};
 pub use error::{BoxError, Error, Result};
 pub use fenced::{fenced, Fenced, DEFAULT_ATTEMPTS};
 #[cfg(feature = "local")]

@@ -25,15 +25,6 @@ pub fn redact_secrets(text: &str) -> String {
     redact_parameters(&redact_userinfo(text))
 }
 
-/// A `(user, password)` pair as `Debug` may show it: the user, and `***`
-/// for the password.
-#[must_use]
-pub fn redact_credentials(credentials: &Option<(String, String)>) -> Option<(&str, &str)> {
-    credentials
-        .as_ref()
-        .map(|(user, _)| (user.as_str(), REDACTED))
-}
-
 /// Replaces the value after each `...password=` (see [`redact_secrets`]).
 fn redact_parameters(url: &str) -> String {
     // ASCII lowercasing keeps every byte where it was.

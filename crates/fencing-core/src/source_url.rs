@@ -6,6 +6,7 @@ use std::fmt;
 
 use percent_encoding::percent_decode_str;
 
+use crate::connection::Credentials;
 use crate::error::{Error, Result};
 use crate::redact::redact_secrets;
 
@@ -100,6 +101,16 @@ impl UrlParts {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The [`Credentials`] in parameters `user_key` and `password_key`:
+    /// `None` when neither is given, an error when only one is.
+    pub fn credentials(&self, user_key: &str, password_key: &str) -> Result<Option<Credentials>> {
+        match (self.param(user_key), self.param(password_key)) {
+            (Some(user), Some(password)) => Ok(Some(Credentials::new(user, password))),
+            (None, None) => Ok(None),
+            _ => Err(self.error(format!("{user_key}= and {password_key}= go together"))),
+        }
     }
 
     /// An [`Error::Config`] about this URL: `"{what} URL \"...\": {why}"`,

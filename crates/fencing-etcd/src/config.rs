@@ -1,11 +1,9 @@
 //! Connection settings and the `etcd://` / `etcds://` URL form.
 
-use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, UrlParts};
-use fencing_core::{Error, Result};
+use fencing_core::backend::{is_host_port, positive_seconds, UrlParts};
+use fencing_core::{Credentials, Error, Result, TlsFiles};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter
 /// sessions fail over faster, and a fenced store is safe either way).
@@ -13,19 +11,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 
 /// Default limit for one request to the cluster.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// TLS files for `etcds://` clusters (PEM).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// CA bundle that signed the servers' certificates.
-    pub ca: Option<PathBuf>,
-    /// Client certificate, for clusters with `--client-cert-auth`.
-    pub cert: Option<PathBuf>,
-    /// Key of the client certificate.
-    pub key: Option<PathBuf>,
-    /// Name to verify in the server certificate, when it differs from the host.
-    pub domain: Option<String>,
-}
 
 /// How to reach an etcd cluster and where the locks live.
 ///
@@ -39,7 +24,7 @@ pub struct TlsFiles {
 /// # Ok::<(), fencing::Error>(())
 /// ```
 /// Its `Debug` shows the user but never the password.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EtcdConfig {
     /// `host:port` of each member; the client fails over between them.
@@ -52,22 +37,9 @@ pub struct EtcdConfig {
     /// error naming the endpoints after this long.
     pub request_timeout: Duration,
     /// User name and password for clusters with auth enabled.
-    pub auth: Option<(String, String)>,
+    pub auth: Option<Credentials>,
     /// TLS settings; `None` means plain HTTP/2.
     pub tls: Option<TlsFiles>,
-}
-
-impl fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("prefix", &self.prefix)
-            .field("ttl", &self.ttl)
-            .field("request_timeout", &self.request_timeout)
-            .field("auth", &redact_credentials(&self.auth))
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl EtcdConfig {
@@ -105,7 +77,7 @@ impl EtcdConfig {
     /// Authenticates as `user`.
     #[must_use]
     pub fn auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.auth = Some((user.into(), password.into()));
+        self.auth = Some(Credentials::new(user, password));
         self
     }
 
@@ -156,11 +128,7 @@ impl EtcdConfig {
                 other => return Err(bad(&format!("unknown parameter {other:?}"))),
             }
         }
-        match (url.param("user"), url.param("password")) {
-            (Some(u), Some(p)) => cfg.auth = Some((u.to_owned(), p.to_owned())),
-            (None, None) => {}
-            _ => return Err(bad("user= and password= go together")),
-        }
+        cfg.auth = url.credentials("user", "password")?;
         if files.cert.is_some() != files.key.is_some() {
             return Err(bad("cert= and key= go together"));
         }
@@ -207,7 +175,7 @@ mod tests {
     fn the_shared_url_grammar_holds() {
         let c =
             EtcdConfig::from_url("ETCDS://h:1/x?user=u&password=a%26b%3Dc+d&ca=/c.pem").unwrap();
-        assert_eq!(c.auth, Some(("u".into(), "a&b=c+d".into())));
+        assert_eq!(c.auth, Some(Credentials::new("u", "a&b=c+d")));
         assert!(c.tls.is_some());
         for (url, needle) in [
             ("etcd://h:1/x?ttl=1&ttl=2", "ttl= is given twice"),
@@ -247,8 +215,11 @@ mod tests {
         assert_eq!(c.prefix, "/x/y");
         assert_eq!(c.ttl, Duration::from_secs(3));
         assert_eq!(c.request_timeout, Duration::from_secs(1));
-        assert_eq!(c.auth, Some(("u".into(), "p".into())));
-        assert_eq!(c.tls.unwrap().cert, Some(PathBuf::from("/u.pem")));
+        assert_eq!(c.auth, Some(Credentials::new("u", "p")));
+        assert_eq!(
+            c.tls.unwrap().cert,
+            Some(std::path::PathBuf::from("/u.pem"))
+        );
     }
 
     #[test]

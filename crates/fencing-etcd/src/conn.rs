@@ -44,8 +44,8 @@ impl Conn {
             // and keep-alive streams instead of serving a watch that can
             // no longer see a delete; we then go to another member.
             .with_require_leader(true);
-        if let Some((user, password)) = &cfg.auth {
-            opts = opts.with_user(user.clone(), password.clone());
+        if let Some(auth) = &cfg.auth {
+            opts = opts.with_user(auth.user.clone(), auth.password.clone());
         }
         let scheme = if cfg.tls.is_some() { "https" } else { "http" };
         if let Some(files) = &cfg.tls {
@@ -248,7 +248,7 @@ fn is_transient(e: &etcd_client::Error) -> bool {
 }
 
 #[cfg(any(feature = "aws-lc-rs", feature = "ring"))]
-async fn with_tls(opts: ConnectOptions, files: &crate::config::TlsFiles) -> Result<ConnectOptions> {
+async fn with_tls(opts: ConnectOptions, files: &fencing_core::TlsFiles) -> Result<ConnectOptions> {
     use etcd_client::{Certificate, Identity, TlsOptions};
     let read = |p: std::path::PathBuf| async move {
         tokio::fs::read(&p)
@@ -272,7 +272,7 @@ async fn with_tls(opts: ConnectOptions, files: &crate::config::TlsFiles) -> Resu
 }
 
 #[cfg(not(any(feature = "aws-lc-rs", feature = "ring")))]
-async fn with_tls(_: ConnectOptions, _: &crate::config::TlsFiles) -> Result<ConnectOptions> {
+async fn with_tls(_: ConnectOptions, _: &fencing_core::TlsFiles) -> Result<ConnectOptions> {
     Err(Error::Config(
         "etcds:// needs TLS, and fencing-etcd was built without a crypto provider: \
          enable its `aws-lc-rs` or `ring` feature"

@@ -33,7 +33,9 @@ mod session;
 mod source;
 mod watches;
 
-pub use config::{EtcdConfig, TlsFiles, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL};
+pub use config::{EtcdConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TTL};
+/// The client's TLS files, shared by every backend.
+pub use fencing_core::TlsFiles;
 pub use gate::EtcdGate;
 pub use source::EtcdSource;
 

@@ -1,11 +1,10 @@
 //! Connection settings and the `zk://` URL form.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, redact_credentials, UrlParts};
-use fencing_core::{Error, Result};
+use fencing_core::backend::{is_host_port, positive_seconds, UrlParts};
+use fencing_core::{Credentials, Error, Result, TlsFiles};
 
 /// Default session timeout asked of the ensemble (it may negotiate another
 /// within its min/max bounds; the negotiated one is what counts).
@@ -13,17 +12,6 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default limit for one request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// TLS files (PEM) for an ensemble's secure client port.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ZkTls {
-    /// CA bundle that signed the servers' certificates.
-    pub ca: PathBuf,
-    /// Client certificate, for ensembles with `ssl.clientAuth=need`.
-    pub cert: Option<PathBuf>,
-    /// Key of the client certificate.
-    pub key: Option<PathBuf>,
-}
 
 /// How to reach a ZooKeeper ensemble and where the locks live.
 ///
@@ -42,7 +30,7 @@ pub struct ZkTls {
 /// # Ok::<(), fencing::Error>(())
 /// ```
 /// Its `Debug` shows the users but never the passwords.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ZkConfig {
     /// `host:port` of each server.
@@ -58,27 +46,14 @@ pub struct ZkConfig {
     /// Digest credentials (`user`, `password`). With them, lock nodes and
     /// their parents get creator-only ACLs, so clients with other
     /// credentials cannot delete a holder's node.
-    pub digest: Option<(String, String)>,
+    pub digest: Option<Credentials>,
     /// SASL DIGEST-MD5 credentials (`user`, `password`), for ensembles that
     /// require SASL authentication.
-    pub sasl: Option<(String, String)>,
+    pub sasl: Option<Credentials>,
     /// TLS to the servers' secure client ports; `None` means plaintext.
-    pub tls: Option<ZkTls>,
-}
-
-impl fmt::Debug for ZkConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkConfig")
-            .field("hosts", &self.hosts)
-            .field("path", &self.path)
-            .field("ensemble", &self.ensemble)
-            .field("session_timeout", &self.session_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("digest", &redact_credentials(&self.digest))
-            .field("sasl", &redact_credentials(&self.sasl))
-            .field("tls", &self.tls)
-            .finish()
-    }
+    /// ZooKeeper needs its `ca`, and takes no `domain` (the client
+    /// verifies no server name).
+    pub tls: Option<TlsFiles>,
 }
 
 impl ZkConfig {
@@ -128,20 +103,21 @@ impl ZkConfig {
     /// Authenticates with the `digest` scheme.
     #[must_use]
     pub fn digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.digest = Some((user.into(), password.into()));
+        self.digest = Some(Credentials::new(user, password));
         self
     }
 
     /// Authenticates with SASL DIGEST-MD5.
     #[must_use]
     pub fn sasl(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.sasl = Some((user.into(), password.into()));
+        self.sasl = Some(Credentials::new(user, password));
         self
     }
 
-    /// Connects over TLS.
+    /// Connects over TLS; `tls.ca` is needed and `tls.domain` refused (the
+    /// connection fails with [`Error::Config`] saying so).
     #[must_use]
-    pub fn tls(mut self, tls: ZkTls) -> Self {
+    pub fn tls(mut self, tls: TlsFiles) -> Self {
         self.tls = Some(tls);
         self
     }
@@ -178,11 +154,18 @@ impl ZkConfig {
                 other => return Err(bad(&format!("unknown or empty parameter {other:?}"))),
             }
         }
-        cfg.digest = credentials(&url, "user", "password")?;
-        cfg.sasl = credentials(&url, "sasl_user", "sasl_password")?;
+        cfg.digest = url.credentials("user", "password")?;
+        cfg.sasl = url.credentials("sasl_user", "sasl_password")?;
         match (ca, cert.is_some() == key.is_some()) {
             (_, false) => return Err(bad("cert= and key= go together")),
-            (Some(ca), true) => cfg.tls = Some(ZkTls { ca, cert, key }),
+            (Some(ca), true) => {
+                cfg.tls = Some(TlsFiles {
+                    ca: Some(ca),
+                    cert,
+                    key,
+                    domain: None,
+                })
+            }
             (None, true) if cert.is_some() => return Err(bad("cert= needs ca=")),
             (None, true) => {}
         }
@@ -201,18 +184,6 @@ impl ZkConfig {
 }
 
 /// The pair `user_key=` / `password_key=`: both or neither.
-fn credentials(
-    url: &UrlParts,
-    user_key: &str,
-    password_key: &str,
-) -> Result<Option<(String, String)>> {
-    match (url.param(user_key), url.param(password_key)) {
-        (Some(u), Some(p)) => Ok(Some((u.to_owned(), p.to_owned()))),
-        (None, None) => Ok(None),
-        _ => Err(url.error(format!("{user_key}= and {password_key}= go together"))),
-    }
-}
-
 /// A lock path must be absolute, must not end with '/', and every segment
 /// must be a usable znode name.
 pub(crate) fn check_path(path: &str) -> Result<()> {
@@ -256,7 +227,7 @@ mod tests {
     #[test]
     fn the_shared_url_grammar_holds() {
         let c = ZkConfig::from_url("ZK://h:1/x?sasl_user=s&sasl_password=p%26q%25").unwrap();
-        assert_eq!(c.sasl, Some(("s".into(), "p&q%".into())));
+        assert_eq!(c.sasl, Some(Credentials::new("s", "p&q%")));
         for (url, needle) in [
             ("zk://h:1/x?timeout=1&timeout=2", "timeout= is given twice"),
             ("zk://h:1/x?user=u", "user= and password= go together"),
@@ -299,13 +270,13 @@ mod tests {
         assert_eq!(c.ensemble, "a:1,b:2");
         assert_eq!(c.path, "/x/y");
         assert_eq!(c.session_timeout, Duration::from_secs(4));
-        assert_eq!(c.digest, Some(("u".into(), "p".into())));
+        assert_eq!(c.digest, Some(Credentials::new("u", "p")));
         let c = ZkConfig::from_url(
             "zk://a:1/x?ca=/ca.pem&cert=/c.pem&key=/k.pem&sasl_user=s&sasl_password=q",
         )
         .unwrap();
         assert_eq!(c.tls.unwrap().key, Some(PathBuf::from("/k.pem")));
-        assert_eq!(c.sasl, Some(("s".into(), "q".into())));
+        assert_eq!(c.sasl, Some(Credentials::new("s", "q")));
     }
 
     #[test]

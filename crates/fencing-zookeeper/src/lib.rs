@@ -19,7 +19,9 @@ mod lock;
 mod session;
 mod source;
 
-pub use config::{ZkConfig, ZkTls, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
+pub use config::{ZkConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
+/// The client's TLS files, shared by every backend.
+pub use fencing_core::TlsFiles;
 pub use gate::ZkGate;
 pub use source::ZkSource;
 

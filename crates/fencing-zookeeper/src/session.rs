@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fencing_core::backend::{LeaseGroup, LeaseTracker};
-use fencing_core::{Error, LossReason, Result};
+use fencing_core::{Credentials, Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SaslOptions, SessionInfo, SessionState, StateWatcher, TlsOptions};
@@ -229,10 +229,10 @@ impl Dialer {
         let mut connector = Client::connector()
             .with_session_timeout(cfg.session_timeout)
             .with_connection_timeout(per_host_timeout(cfg));
-        if let Some((user, password)) = &cfg.digest {
+        if let Some(Credentials { user, password }) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        if let Some((user, password)) = &cfg.sasl {
+        if let Some(Credentials { user, password }) = &cfg.sasl {
             connector =
                 connector.with_sasl(SaslOptions::digest_md5(user.clone(), password.clone()));
         }
@@ -266,7 +266,15 @@ impl Dialer {
     }
 }
 
-async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
+async fn tls_options(tls: &fencing_core::TlsFiles) -> Result<TlsOptions> {
+    let ca = tls.ca.clone().ok_or_else(|| {
+        Error::Config("ZooKeeper TLS needs the CA file that signed the servers (ca=)".into())
+    })?;
+    if let Some(domain) = &tls.domain {
+        return Err(Error::Config(format!(
+            "ZooKeeper TLS verifies no server name: remove the domain {domain:?}"
+        )));
+    }
     let read = |p: std::path::PathBuf| async move {
         tokio::fs::read_to_string(&p)
             .await
@@ -274,7 +282,7 @@ async fn tls_options(tls: &crate::config::ZkTls) -> Result<TlsOptions> {
     };
     let bad = |e: zookeeper_client::Error| Error::Config(format!("ZooKeeper TLS files: {e}"));
     let mut options = TlsOptions::new()
-        .with_pem_ca(&read(tls.ca.clone()).await?)
+        .with_pem_ca(&read(ca).await?)
         .map_err(bad)?;
     if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
         options = options
@@ -459,4 +467,27 @@ async fn confirmed_by_quorum(client: &Client) -> bool {
         return false;
     }
     writer.commit().await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_options;
+    use fencing_core::{Error, TlsFiles};
+
+    #[tokio::test]
+    async fn tls_needs_a_ca_and_refuses_a_domain() {
+        let no_ca = TlsFiles::default();
+        let with_domain = TlsFiles {
+            ca: Some("/nonexistent/ca.pem".into()),
+            domain: Some("zk.example".into()),
+            ..TlsFiles::default()
+        };
+        for (files, needle) in [(no_ca, "ca="), (with_domain, "zk.example")] {
+            match tls_options(&files).await {
+                Err(Error::Config(msg)) => assert!(msg.contains(needle), "{msg}"),
+                Err(other) => panic!("{files:?}: {other:?}"),
+                Ok(_) => panic!("{files:?} was accepted"),
+            }
+        }
+    }
 }

@@ -120,6 +120,19 @@ pub struct TlsFiles {
     pub client_key: PathBuf,
 }
 
+impl TlsFiles {
+    /// What a client of the library is given: the CA, and the client
+    /// certificate and key when `with_cert`.
+    pub fn client_files(&self, with_cert: bool) -> fencing::TlsFiles {
+        fencing::TlsFiles {
+            ca: Some(self.ca_cert.clone()),
+            cert: with_cert.then(|| self.client_cert.clone()),
+            key: with_cert.then(|| self.client_key.clone()),
+            domain: None,
+        }
+    }
+}
+
 /// Writes a fresh CA, a server certificate (SANs `127.0.0.1`, `localhost`;
 /// usable for server and client auth, because etcd also dials itself with
 /// it) and a client certificate (CN `fencing-client`) as PEM files into

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
-use fencing_harness::pki::{make_tls, TlsFiles};
+use fencing_harness::pki::make_tls;
 use fencing_harness::zk::ensemble::{ZkEnsemble, ZkOptions, ZkVersion};
-use fencing_zookeeper::{ZkConfig, ZkSource, ZkTls};
+use fencing_zookeeper::{ZkConfig, ZkSource};
 
 /// How long a refused client may take to get its error.
 const REFUSAL: Duration = Duration::from_secs(15);
@@ -58,14 +58,6 @@ async fn refused(what: &str, cfg: ZkConfig) -> Error {
     e
 }
 
-fn client_tls(files: &TlsFiles, with_cert: bool) -> ZkTls {
-    ZkTls {
-        ca: files.ca_cert.clone(),
-        cert: with_cert.then(|| files.client_cert.clone()),
-        key: with_cert.then(|| files.client_key.clone()),
-    }
-}
-
 /// `ssl.clientAuth=need`: a client with a certificate signed by the CA
 /// locks; one without a certificate and a plaintext one are refused.
 async fn tls_with_client_auth(version: ZkVersion) {
@@ -75,13 +67,13 @@ async fn tls_with_client_auth(version: ZkVersion) {
     let secure = ensemble.secure_endpoints();
     assert_eq!(secure.len(), 1);
 
-    round_trip(config(&ensemble, secure.clone()).tls(client_tls(&files, true)))
+    round_trip(config(&ensemble, secure.clone()).tls(files.client_files(true)))
         .await
         .expect("a client with a certificate locks over TLS");
 
     refused(
         "TLS without a client certificate",
-        config(&ensemble, secure.clone()).tls(client_tls(&files, false)),
+        config(&ensemble, secure.clone()).tls(files.client_files(false)),
     )
     .await;
     refused("plaintext to the TLS port", config(&ensemble, secure)).await;
@@ -99,7 +91,7 @@ async fn tls_without_client_auth(version: ZkVersion) {
         files.ca_cert.display()
     );
     let cfg = ZkConfig::from_url(&url).expect("valid URL");
-    assert_eq!(cfg.tls, Some(client_tls(&files, false)));
+    assert_eq!(cfg.tls, Some(files.client_files(false)));
     round_trip(cfg)
         .await
         .expect("a client without a certificate locks over TLS");
