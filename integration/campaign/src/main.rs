@@ -5,6 +5,7 @@
 //! ```text
 //! campaign run --backend zk --seconds 60 [--seed N] [--out DIR]
 //! campaign run --backend zk --until-floors --min-grants 300 --min-faults 40 --seconds 300
+//! campaign run --backend zk --seconds 600 --faults depose-leader,kill-leader
 //! ```
 //! Exit status: 0 when every property held, 1 on a violation (the seed and
 //! the offending events are printed), 2 when the campaign could not run, 3
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use fencing_campaign::kube::AdminAction;
+use fencing_campaign::nemesis::parse_faults;
 use fencing_campaign::run::{self, lock_names, Config, Workload, MAX_LOCKS};
 use fencing_campaign::storage;
 use fencing_campaign::{admin, client_process, fence_run};
@@ -96,6 +98,12 @@ struct RunArgs {
     /// pauses
     #[arg(long)]
     postgres: bool,
+    /// Draw only these fault kinds (comma-separated, named as the report
+    /// names them, e.g. depose-leader,partition-leader), each of one of
+    /// the backend's lanes (cluster, client, storage); a lane left without
+    /// a kind draws nothing, and --until-floors waits for these kinds only
+    #[arg(long, value_name = "KIND[,KIND...]")]
+    faults: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -351,7 +359,19 @@ async fn campaign(args: RunArgs) -> ExitCode {
         workload,
         anchor,
         postgres,
+        faults,
     } = args;
+    let (kind, ttl) = kind_and_ttl(backend);
+    let parsed = faults
+        .as_deref()
+        .map(|list| parse_faults(list, kind, postgres));
+    let allowed = match parsed.transpose() {
+        Ok(allowed) => allowed,
+        Err(e) => {
+            eprintln!("campaign: --faults: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let seed = seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         t.map(|d| d.as_nanos() as u64).unwrap_or(1) ^ u64::from(std::process::id())
@@ -360,17 +380,11 @@ async fn campaign(args: RunArgs) -> ExitCode {
         true => format!("until its floors, at most {seconds} s"),
         false => format!("{seconds} s"),
     };
+    let only = faults.map_or_else(String::new, |list| format!(", only {list}"));
     println!(
-        "campaign seed {seed} ({backend:?}, {workload:?}, {length}; replay with --seed {seed})"
+        "campaign seed {seed} ({backend:?}, {workload:?}, {length}{only}; \
+         replay with --seed {seed})"
     );
-    let (kind, ttl) = match backend {
-        Backend::Local => (Kind::Local, Duration::from_secs(1)),
-        Backend::Kube => (Kind::Kube, Duration::from_secs(2)),
-        Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
-        Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
-        Backend::Etcd => (Kind::Etcd(EtcdVersion::V3_6), Duration::from_secs(2)),
-        Backend::Etcd34 => (Kind::Etcd(EtcdVersion::V3_4), Duration::from_secs(2)),
-    };
     let out = out.unwrap_or_else(|| std::env::temp_dir().join(format!("campaign-{seed}")));
     // Members and clients run in other directories: a relative --out would
     // name a different place for each.
@@ -395,6 +409,7 @@ async fn campaign(args: RunArgs) -> ExitCode {
         workload,
         anchor,
         postgres,
+        faults: allowed,
     };
     let outcome = tokio::select! {
         r = run::run(cfg) => r,
@@ -437,6 +452,18 @@ async fn campaign(args: RunArgs) -> ExitCode {
             eprintln!("campaign: {e} (seed {seed})");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The backend's kind and its clients' session or lease length.
+fn kind_and_ttl(backend: Backend) -> (Kind, Duration) {
+    match backend {
+        Backend::Local => (Kind::Local, Duration::from_secs(1)),
+        Backend::Kube => (Kind::Kube, Duration::from_secs(2)),
+        Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
+        Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
+        Backend::Etcd => (Kind::Etcd(EtcdVersion::V3_6), Duration::from_secs(2)),
+        Backend::Etcd34 => (Kind::Etcd(EtcdVersion::V3_4), Duration::from_secs(2)),
     }
 }
 

@@ -15,7 +15,7 @@ use super::rng::Rng;
 use fencing_harness::namespaced::Kind;
 
 pub use executor::{kube_admin, Started};
-pub use schedule::Step;
+pub use schedule::{lane_kinds, parse_faults, Step};
 
 /// One fault. Members and clients are chosen when the fault starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,6 +145,8 @@ pub struct Nemesis {
     /// The kinds drawn so far: each lane draws the kinds it has not drawn
     /// yet first, so that a short run meets every fault of its lanes.
     drawn: BTreeSet<Fault>,
+    /// `--faults`: the only kinds the lanes draw (all of them if `None`).
+    allowed: Option<BTreeSet<Fault>>,
 }
 
 /// The shortest cut of [`Fault::DeposeDistantLeader`]: past the new
@@ -164,7 +166,15 @@ impl Nemesis {
             next_id: 0,
             clock: None,
             drawn: BTreeSet::new(),
+            allowed: None,
         }
+    }
+
+    /// Draws only the kinds of `allowed` (`--faults`), each lane from its
+    /// own; `None` keeps every kind.
+    pub fn only(mut self, allowed: Option<BTreeSet<Fault>>) -> Self {
+        self.allowed = allowed;
+        self
     }
 
     /// How many faults have started.

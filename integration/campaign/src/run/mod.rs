@@ -17,6 +17,7 @@ mod relay;
 mod workload;
 mod world;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,6 +65,9 @@ pub struct Config {
     /// Every storage write also goes to a PostgreSQL server through a
     /// fence column, and the nemesis crashes and pauses that server.
     pub postgres: bool,
+    /// `--faults`: the nemesis draws only these kinds (every kind of its
+    /// lanes if `None`; see [`parse_faults`](super::nemesis::parse_faults)).
+    pub faults: Option<BTreeSet<Fault>>,
 }
 
 /// What a run found.
@@ -178,10 +182,11 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     })
 }
 
-/// The fault schedule: two lanes (cluster faults, client faults) until the
-/// duration ends (or, with `until_floors`, the floors are reached), then
-/// healing and a recovery window. Returns how long faults were injected
-/// and the fault kinds never drawn.
+/// The fault schedule: two lanes (cluster faults, client faults; either
+/// may be empty under `--faults`) until the duration ends (or, with
+/// `until_floors`, the floors are reached), then healing and a recovery
+/// window. Returns how long faults were injected and the fault kinds never
+/// drawn.
 async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Fault>), String> {
     let began = Instant::now();
     let deadline = began + cfg.duration;
@@ -191,7 +196,8 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Faul
         cfg.kind,
         cfg.ttl,
         cfg.postgres,
-    );
+    )
+    .only(cfg.faults.clone());
     // Let the clients take their first grants before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     while Instant::now() < deadline {
@@ -202,7 +208,8 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Faul
             break;
         }
         let step = nemesis.next_step();
-        let started = nemesis.start(world, &[step.cluster, step.client]).await?;
+        let faults: Vec<Fault> = [step.cluster, step.client].into_iter().flatten().collect();
+        let started = nemesis.start(world, &faults).await?;
         tokio::time::sleep(step.storage_at).await;
         let storage = nemesis.start(world, step.storage.as_slice()).await?;
         tokio::time::sleep(step.duration - step.storage_at).await;
