@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use fencing_examples::FileStore;
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::zk::ensemble::ZkVersion;
 use fencing_harness::zk::fixture::ZkFixture;
 use fencing_harness::Reaped;

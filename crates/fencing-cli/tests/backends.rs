@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::kubernetes::cluster::KubeUser;
 use fencing_harness::kubernetes::fixture::KubeFixture;
 use fencing_harness::zk::ensemble::ZkVersion;

@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod durability;
 pub mod etcd;
+pub mod fixture;
 pub mod frozen;
 pub mod kubernetes;
 pub mod markup;

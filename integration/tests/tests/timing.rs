@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios::{self, RideThrough};
 use fencing_harness::zk::ensemble::ZkVersion;
 use fencing_harness::zk::fixture::ZkFixture;

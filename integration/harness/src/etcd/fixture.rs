@@ -1,6 +1,7 @@
 //! EtcdSource clients on a real cluster: direct, or through proxies that a
 //! test can blackhole; and the conformance-suite harness built on them.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_testkit::{Client, Harness, Stall};
 
 use crate::etcd::cluster::{EtcdCluster, EtcdVersion};
+use crate::fixture::Fixture;
 use crate::net::proxy::Proxy;
 
 /// Lease length the etcd tests use: short, but well above etcd's minimum.
@@ -23,46 +25,12 @@ pub struct EtcdFixture {
 }
 
 impl EtcdFixture {
-    /// Starts a 3-member cluster of `version`.
-    pub async fn start(version: EtcdVersion) -> EtcdFixture {
-        if std::env::var_os("FENCING_TEST_LOG").is_some() {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter("fencing_etcd=debug")
-                .with_test_writer()
-                .try_init();
-        }
-        let cluster = EtcdCluster::start(version, 3)
-            .await
-            .unwrap_or_else(|e| panic!("start {version}: {e}"));
-        EtcdFixture {
-            cluster,
-            prefix: "/fencing-test".into(),
-        }
-    }
-
     /// Settings for a client of `endpoints`.
     pub fn config(&self, endpoints: Vec<String>) -> EtcdConfig {
         EtcdConfig::new(endpoints, self.prefix.clone())
             .expect("valid config")
             .ttl(TEST_TTL)
             .request_timeout(Duration::from_secs(2))
-    }
-
-    /// A client connected straight to every member.
-    pub async fn source(&self) -> EtcdSource {
-        EtcdSource::connect(self.config(self.cluster.endpoints()))
-            .await
-            .expect("connect")
-    }
-
-    /// A client whose every connection goes through a proxy the test can
-    /// blackhole.
-    pub async fn partitionable_source(&self) -> (EtcdSource, Partition) {
-        let (partition, endpoints) = Partition::around(self.cluster.endpoints()).await;
-        let source = EtcdSource::connect(self.config(endpoints))
-            .await
-            .expect("connect via proxies");
-        (source, partition)
     }
 }
 
@@ -110,6 +78,71 @@ impl Partition {
 impl Stall for Partition {
     async fn stall(&self) {
         self.set(true);
+    }
+}
+
+impl Fixture for EtcdFixture {
+    type Version = EtcdVersion;
+    type Source = EtcdSource;
+    type Cluster = EtcdCluster;
+
+    /// Starts a 3-member cluster of `version`.
+    async fn start(version: EtcdVersion) -> EtcdFixture {
+        if std::env::var_os("FENCING_TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter("fencing_etcd=debug")
+                .with_test_writer()
+                .try_init();
+        }
+        let cluster = EtcdCluster::start(version, 3)
+            .await
+            .unwrap_or_else(|e| panic!("start {version}: {e}"));
+        EtcdFixture {
+            cluster,
+            prefix: "/fencing-test".into(),
+        }
+    }
+
+    /// A client connected straight to every member.
+    async fn source(&self) -> EtcdSource {
+        EtcdSource::connect(self.config(self.cluster.endpoints()))
+            .await
+            .expect("connect")
+    }
+
+    /// A client whose every connection goes through a proxy the test can
+    /// blackhole.
+    async fn partitionable_source(&self) -> (EtcdSource, Partition) {
+        let (partition, endpoints) = Partition::around(self.cluster.endpoints()).await;
+        let source = EtcdSource::connect(self.config(endpoints))
+            .await
+            .expect("connect via proxies");
+        (source, partition)
+    }
+
+    fn cluster_mut(&mut self) -> &mut EtcdCluster {
+        &mut self.cluster
+    }
+
+    fn queued(
+        &self,
+        observer: &Self::Source,
+        resource: &str,
+    ) -> impl Future<Output = usize> + Send {
+        let (mut client, dir) = (observer.client(), format!("{}/{resource}/", self.prefix));
+        async move {
+            let count = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client
+                .get(dir, Some(count))
+                .await
+                .map_or(0, |r| r.count() as usize)
+        }
+    }
+
+    fn waiter_wakeups(source: &Self::Source) -> u64 {
+        source.waiter_wakeups()
     }
 }
 

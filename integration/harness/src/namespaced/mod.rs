@@ -14,7 +14,7 @@ use rustix::process::Signal;
 
 use crate::member::MemberProcess;
 use crate::net::netns::Host;
-use crate::zk::ensemble::ZkVersion;
+use crate::zk::ensemble::{jvm, ZkVersion};
 
 /// Members do not fsync (`forceSync=no`, etcd 3.6's `--unsafe-no-fsync`):
 /// the campaign kills processes,
@@ -322,37 +322,13 @@ fn zk_member(
     let config = dir.join("zoo.cfg");
     std::fs::write(&config, cfg).map_err(|e| e.to_string())?;
     let classpath = version.classpath().map_err(|e| e.to_string())?;
-    let java = std::env::var_os("JAVA_HOME")
-        .map(|home| PathBuf::from(home).join("bin/java"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("java"));
+    let java = crate::zk::ensemble::find_java().ok_or("no java on PATH or in $JAVA_HOME/bin")?;
     let host = hosts[i].clone();
     let dir = dir.to_owned();
     Ok(Box::new(move || {
         let mut cmd = host.command(&java);
-        for var in [
-            "JAVA_TOOL_OPTIONS",
-            "_JAVA_OPTIONS",
-            "JDK_JAVA_OPTIONS",
-            "CLASSPATH",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.current_dir(&dir)
-            .args(["-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .args([
-                "-Djava.net.preferIPv4Stack=true",
-                "-Dzookeeper.cnxTimeout=1000",
-                // Timestamps as etcd writes them (UTC, ISO 8601), so a gap
-                // in the history can be laid against the members' elections.
-                "-Duser.timezone=UTC",
-                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-                "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX",
-            ])
-            .arg("-cp")
-            .arg(&classpath)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&config);
+        cmd.current_dir(&dir);
+        jvm::server_command(&mut cmd, &classpath, &config, &[]);
         cmd
     }))
 }

@@ -5,20 +5,11 @@ use super::*;
 /// The leader dies while `a` holds the lock and `b` waits for it: `a` keeps
 /// its grant, `b` does not get in before `a` releases, and the tokens of
 /// `a`, `b` and then `c` (after the old leader is back) strictly increase.
-/// Returns the three tokens.
-/// `queued` counts the contenders the coordinator has queued on the lock
-/// (`leader-kill`), so the leader dies only once `b` really waits.
-pub async fn leader_loss<S, Q, QF>(
-    cluster: &mut impl MemberCluster,
-    [a, b, c]: [S; 3],
-    queued: Q,
-    ttl: Duration,
-) -> [FencingToken; 3]
-where
-    S: FencingSource + Clone + 'static,
-    Q: Fn() -> QF,
-    QF: Future<Output = usize>,
-{
+/// Returns the three tokens. The leader dies only once the cluster has
+/// queued `b` on the lock (`leader-kill`).
+pub async fn leader_loss<F: Fixture>(version: F::Version, ttl: Duration) -> [FencingToken; 3] {
+    let mut f = F::start(version).await;
+    let [a, b, c] = [f.source().await, f.source().await, f.source().await];
     let opts = AcquireOptions::new()
         .ttl(ttl)
         .timeout(Duration::from_secs(30));
@@ -35,14 +26,18 @@ where
         }
     });
     let patience = tokio::time::Instant::now() + Duration::from_secs(30);
-    while queued().await < 2 {
+    while f.queued(&c, "leader-kill").await < 2 {
         assert!(
             tokio::time::Instant::now() < patience,
             "the waiter never queued"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let leader = cluster.kill_leader().await.expect("kill the leader");
+    let leader = f
+        .cluster_mut()
+        .kill_leader()
+        .await
+        .expect("kill the leader");
     assert!(
         !waiter.is_finished(),
         "waiter got the lock while it was held"
@@ -55,7 +50,7 @@ where
     history.released(0, first).await;
     ga.release().await.unwrap();
     let gb = waiter.await.unwrap();
-    cluster.restart(leader).await.expect("restart");
+    f.cluster_mut().restart(leader).await.expect("restart");
     let second = gb.token();
     history.released(1, second).await;
     gb.release().await.unwrap();
@@ -72,23 +67,19 @@ where
 }
 
 /// Every member restarts on its data: the next grant's token is above the
-/// last one handed out before. `connect` makes a fresh client (clients of
+/// last one handed out before. Each grant is a fresh client's (clients of
 /// the old processes are not reused).
-pub async fn full_restart<S, C, CF>(cluster: &mut impl MemberCluster, connect: C)
-where
-    S: FencingSource,
-    C: Fn() -> CF,
-    CF: Future<Output = S>,
-{
+pub async fn full_restart<F: Fixture>(version: F::Version) {
+    let mut f = F::start(version).await;
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(2))
         .timeout(Duration::from_secs(30));
     let lock = ResourceName::new("restart-all").unwrap();
-    let g = connect().await.acquire(&lock, &opts).await.unwrap();
+    let g = f.source().await.acquire(&lock, &opts).await.unwrap();
     let before = g.token();
     g.release().await.unwrap();
-    cluster.restart_all().await.expect("restart all");
-    let g = connect().await.acquire(&lock, &opts).await.unwrap();
+    f.cluster_mut().restart_all().await.expect("restart all");
+    let g = f.source().await.acquire(&lock, &opts).await.unwrap();
     assert!(
         g.token() > before,
         "token {} after restart, {before} before",

@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, ResourceName};
 use fencing_testkit::History;
 
+use crate::fixture::Fixture;
 use crate::member::MemberCluster;
 
 mod failover;
@@ -24,16 +25,15 @@ pub const HERD: usize = 64;
 /// Each hand-over must wake exactly one waiter: the sum of `wakeups` over
 /// all waiters is 64 (a herd would be about 64 * 63 / 2). Grants must not
 /// overlap and tokens must increase.
-pub async fn no_thundering_herd<S, C, CF>(
-    holder: S,
-    waiters: Vec<S>,
-    contenders: C,
-    wakeups: fn(&S) -> u64,
-) where
-    S: FencingSource + Clone + 'static,
-    C: Fn() -> CF,
-    CF: Future<Output = usize>,
-{
+pub async fn no_thundering_herd<F: Fixture>(version: F::Version) {
+    let f = F::start(version).await;
+    let holder = f.source().await;
+    let mut waiters = Vec::new();
+    for _ in 0..HERD {
+        waiters.push(f.source().await);
+    }
+    let contenders = || f.queued(&holder, "herd");
+    let wakeups = F::waiter_wakeups;
     assert_eq!(waiters.len(), HERD);
     let lock = ResourceName::new("herd").unwrap();
     let opts = AcquireOptions::new()

@@ -3,22 +3,18 @@
 use super::*;
 
 /// A release during a network blip must not leave the lock blocked while
-/// the holder's session lives on: the holder (behind `partition`) is cut
-/// off for `blip`, longer than its request timeout so a delete attempt
-/// fails, but shorter than its lease, so its session survives and keeps the
+/// the holder's session lives on: the holder (behind a partition) is cut
+/// off for 4 s, longer than its request timeout so a delete attempt
+/// fails, but shorter than its 15 s lease, so its session survives and keeps the
 /// key alive. Twice: once the release is awaited (it must be retried), once
 /// its caller gives up on it during the cut (`timeout(..., release())`: it
 /// must go on without the caller). Each time `waiter` must be granted soon
 /// after the network is back, before the holder's lease could have run out.
-pub async fn release_during_a_blip_still_releases<S>(
-    holder: S,
-    partition: &crate::etcd::fixture::Partition,
-    waiter: S,
-    ttl: Duration,
-    blip: Duration,
-) where
-    S: FencingSource + Clone + 'static,
-{
+pub async fn release_during_a_blip_still_releases<F: Fixture>(version: F::Version) {
+    let (ttl, blip) = (Duration::from_secs(15), Duration::from_secs(4));
+    let f = F::start(version).await;
+    let (holder, partition) = f.partitionable_source().await;
+    let waiter = f.source().await;
     let opts = AcquireOptions::new()
         .ttl(ttl)
         .timeout(Duration::from_secs(60));
@@ -77,15 +73,16 @@ pub async fn release_during_a_blip_still_releases<S>(
 /// answers stay lost `lost_after` longer (so a clean-up's first requests
 /// are lost too); then `b` must be granted within `wait`, long before `a`'s
 /// session, renewed again, could end.
-pub async fn abandoned_acquire_leaves_nothing_behind<S: FencingSource>(
-    a: S,
-    partition: &crate::etcd::fixture::Partition,
-    b: S,
+pub async fn abandoned_acquire_leaves_nothing_behind<F: Fixture>(
+    version: F::Version,
     ttl: Duration,
     give_up: Duration,
     lost_after: Duration,
     wait: Duration,
 ) {
+    let f = F::start(version).await;
+    let (a, partition) = f.partitionable_source().await;
+    let b = f.source().await;
     let lock = ResourceName::new("abandoned").unwrap();
     let opts = |timeout| AcquireOptions::new().ttl(ttl).timeout(timeout);
     // The session (and on ZooKeeper the lock's parent) exist before the fault.
@@ -114,18 +111,15 @@ pub async fn abandoned_acquire_leaves_nothing_behind<S: FencingSource>(
     drop(a);
 }
 
-/// A waiter (behind `partition`) is cut off for twice the TTL while it is
+/// A waiter (behind a partition) is cut off for twice its 3 s TTL while it is
 /// queued, so its session is lost. It must start a new session and queue
 /// again rather than give up: once the holder releases, it is granted,
 /// within its own 60 s wait bound.
-pub async fn waiter_requeues_after_losing_its_session<S>(
-    holder: S,
-    waiter: S,
-    partition: &crate::etcd::fixture::Partition,
-    ttl: Duration,
-) where
-    S: FencingSource + Clone + 'static,
-{
+pub async fn waiter_requeues_after_losing_its_session<F: Fixture>(version: F::Version) {
+    let ttl = Duration::from_secs(3);
+    let f = F::start(version).await;
+    let holder = f.source().await;
+    let (waiter, partition) = f.partitionable_source().await;
     let opts = AcquireOptions::new()
         .ttl(ttl)
         .timeout(Duration::from_secs(60));

@@ -1,6 +1,7 @@
 //! ZkSource clients on a real ensemble: direct, or through proxies that a
 //! test can blackhole; and the conformance-suite harness built on them.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use fencing_testkit::{Client, Harness};
 use fencing_zookeeper::{ZkConfig, ZkSource};
 
 use crate::etcd::fixture::Partition;
+use crate::fixture::Fixture;
 use crate::zk::ensemble::{ZkEnsemble, ZkOptions, ZkVersion};
 
 /// Session timeout the ZooKeeper tests ask for.
@@ -26,11 +28,6 @@ pub struct ZkFixture {
 }
 
 impl ZkFixture {
-    /// Starts a 3-server ensemble of `version`.
-    pub async fn start(version: ZkVersion) -> ZkFixture {
-        Self::start_with(version, 3).await
-    }
-
     /// Starts an ensemble of `servers` servers.
     pub async fn start_with(version: ZkVersion, servers: usize) -> ZkFixture {
         Self::start_options(ZkOptions::new(version, servers)).await
@@ -58,21 +55,54 @@ impl ZkFixture {
             .session_timeout(TEST_SESSION_TIMEOUT)
             .request_timeout(Duration::from_secs(3))
     }
+}
+
+impl Fixture for ZkFixture {
+    type Version = ZkVersion;
+    type Source = ZkSource;
+    type Cluster = ZkEnsemble;
+
+    /// Starts a 3-server ensemble of `version`.
+    async fn start(version: ZkVersion) -> ZkFixture {
+        Self::start_with(version, 3).await
+    }
 
     /// A client connected straight to every server.
-    pub async fn source(&self) -> ZkSource {
+    async fn source(&self) -> ZkSource {
         ZkSource::connect(self.config(self.ensemble.endpoints()))
             .await
             .expect("connect")
     }
 
     /// A client whose connections all go through proxies a test can blackhole.
-    pub async fn partitionable_source(&self) -> (ZkSource, Partition) {
+    async fn partitionable_source(&self) -> (ZkSource, Partition) {
         let (partition, hosts) = Partition::around(self.ensemble.endpoints()).await;
         let source = ZkSource::connect(self.config(hosts))
             .await
             .expect("connect via proxies");
         (source, partition)
+    }
+
+    fn cluster_mut(&mut self) -> &mut ZkEnsemble {
+        &mut self.ensemble
+    }
+
+    fn queued(
+        &self,
+        observer: &Self::Source,
+        resource: &str,
+    ) -> impl Future<Output = usize> + Send {
+        let dir = format!("{}/{resource}", self.path);
+        async move {
+            match observer.client().await {
+                Ok(client) => client.list_children(&dir).await.map_or(0, |c| c.len()),
+                Err(_) => 0,
+            }
+        }
+    }
+
+    fn waiter_wakeups(source: &Self::Source) -> u64 {
+        source.waiter_wakeups()
     }
 }
 

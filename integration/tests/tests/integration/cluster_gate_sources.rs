@@ -7,6 +7,7 @@ use std::time::Duration;
 use fencing::{AcquireOptions, FencingSource, Gate, ResourceName};
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::zk::ensemble::ZkVersion;
 use fencing_harness::zk::fixture::ZkFixture;
 use fencing_testkit::{gate_keeps_the_rules, Binding};

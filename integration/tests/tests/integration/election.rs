@@ -14,6 +14,7 @@ use fencing::election::{ElectionConfig, Leader, LeaderElector, Observer};
 use fencing::{Error, FencingSource, FencingToken, Gate, HolderInfo, MemoryGate, ResourceName};
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::kubernetes::cluster::KubeUser;
 use fencing_harness::kubernetes::fixture::KubeFixture;
 use fencing_harness::zk::ensemble::ZkVersion;

@@ -21,7 +21,7 @@ pub(super) fn write_file(path: &Path, contents: &str) -> Result<(), ZkHarnessErr
 
 /// The `java` to run: `$JAVA_HOME/bin/java` if that exists, else the first
 /// `java` on `PATH`.
-pub(super) fn find_java() -> Option<PathBuf> {
+pub(crate) fn find_java() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
         let java = Path::new(&home).join("bin").join("java");
         if java.is_file() {

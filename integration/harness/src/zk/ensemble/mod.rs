@@ -44,13 +44,15 @@ use crate::pki::TlsFiles;
 
 mod error;
 mod files;
+pub mod jvm;
 mod members;
 mod options;
 mod probe;
 mod version;
 
 pub use error::ZkHarnessError;
-use files::{find_java, free_ports, jaas_config, write_file};
+pub(crate) use files::find_java;
+use files::{free_ports, jaas_config, write_file};
 pub use options::ZkOptions;
 pub use probe::{four_letter_word, session_roundtrip};
 pub use version::{ZkMode, ZkVersion};
@@ -336,34 +338,17 @@ impl ZkEnsemble {
     fn command(&self, i: usize) -> Command {
         let s = &self.servers[i];
         let mut cmd = Command::new(&self.java);
-        // The environment must not configure these JVMs behind our back.
-        for var in [
-            "JAVA_TOOL_OPTIONS",
-            "_JAVA_OPTIONS",
-            "JDK_JAVA_OPTIONS",
-            "CLASSPATH",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.current_dir(s.config.parent().expect("zoo.cfg lies in a directory"))
-            .arg("-Xmx160m")
-            .arg("-XX:+UseSerialGC")
-            .arg("-XX:TieredStopAtLevel=1")
-            .arg("-Djava.net.preferIPv4Stack=true")
-            // A dead peer's election port is noticed within a second.
-            .arg("-Dzookeeper.cnxTimeout=1000")
-            .arg("-Dorg.slf4j.simpleLogger.showDateTime=true")
-            .arg("-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS");
-        if let Some(jaas) = &self.jaas {
-            cmd.arg(format!(
-                "-Djava.security.auth.login.config={}",
-                jaas.display()
-            ));
-        }
-        cmd.arg("-cp")
-            .arg(&self.classpath)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&s.config);
+        cmd.current_dir(s.config.parent().expect("zoo.cfg lies in a directory"));
+        let jaas = self
+            .jaas
+            .iter()
+            .map(|jaas| format!("-Djava.security.auth.login.config={}", jaas.display()));
+        jvm::server_command(
+            &mut cmd,
+            &self.classpath,
+            &s.config,
+            &jaas.collect::<Vec<_>>(),
+        );
         // A server must not outlive a test process that is killed outright
         // (Drop never runs then). The signal follows the spawning thread,
         // which in a tokio test is the test's thread or a runtime worker:

@@ -5,6 +5,7 @@
 mod v3_4 {
     use fencing_harness::etcd::cluster::EtcdVersion;
     use fencing_harness::etcd::fixture::EtcdFixture;
+    use fencing_harness::fixture::Fixture;
 
     async fn harness() -> EtcdFixture {
         EtcdFixture::start(EtcdVersion::V3_4).await
@@ -16,6 +17,7 @@ mod v3_4 {
 mod v3_6 {
     use fencing_harness::etcd::cluster::EtcdVersion;
     use fencing_harness::etcd::fixture::EtcdFixture;
+    use fencing_harness::fixture::Fixture;
 
     async fn harness() -> EtcdFixture {
         EtcdFixture::start(EtcdVersion::V3_6).await

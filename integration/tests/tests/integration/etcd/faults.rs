@@ -8,6 +8,7 @@ use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios;
 
 fn r(name: &str) -> ResourceName {
@@ -23,31 +24,12 @@ fn opts(ttl: Duration) -> AcquireOptions {
 /// The leader dies while one client holds the lock and another waits:
 /// tokens keep increasing and the lock never has two holders.
 async fn leader_killed_while_held_and_waited_for(version: EtcdVersion) {
-    let mut f = EtcdFixture::start(version).await;
-    let sources = [f.source().await, f.source().await, f.source().await];
-    let dir = format!("{}/leader-kill/", f.prefix);
-    let observer = sources[2].client();
-    let queued = || {
-        let (mut client, dir) = (observer.clone(), dir.clone());
-        async move {
-            let only_count = etcd_client::GetOptions::new()
-                .with_prefix()
-                .with_count_only();
-            client
-                .get(dir, Some(only_count))
-                .await
-                .map_or(0, |r| r.count() as usize)
-        }
-    };
-    scenarios::leader_loss(&mut f.cluster, sources, queued, Duration::from_secs(5)).await;
+    scenarios::leader_loss::<EtcdFixture>(version, Duration::from_secs(5)).await;
 }
 
 /// Every member restarts (same data): tokens continue upward.
 async fn all_members_restarted(version: EtcdVersion) {
-    let mut f = EtcdFixture::start(version).await;
-    let cfg = f.config(f.cluster.endpoints());
-    let connect = || async { EtcdSource::connect(cfg.clone()).await.expect("connect") };
-    scenarios::full_restart(&mut f.cluster, connect).await;
+    scenarios::full_restart::<EtcdFixture>(version).await;
 }
 
 /// The reference's pause with real processes: a holder frozen past its TTL
@@ -286,23 +268,7 @@ async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
 
 /// 64 waiters on one lock: each hand-over wakes exactly one waiter.
 async fn sixty_four_waiters_no_herd(version: EtcdVersion) {
-    let f = EtcdFixture::start(version).await;
-    let holder = f.source().await;
-    let mut waiters = Vec::new();
-    for _ in 0..scenarios::HERD {
-        waiters.push(f.source().await);
-    }
-    let dir = format!("{}/herd/", f.prefix);
-    let count = || {
-        let (mut client, dir) = (holder.client(), dir.clone());
-        async move {
-            let only_count = etcd_client::GetOptions::new()
-                .with_prefix()
-                .with_count_only();
-            client.get(dir, Some(only_count)).await.unwrap().count() as usize
-        }
-    };
-    scenarios::no_thundering_herd(holder.clone(), waiters, count, EtcdSource::waiter_wakeups).await;
+    scenarios::no_thundering_herd::<EtcdFixture>(version).await;
 }
 
 /// Grants and gates refuse tokens of another cluster.
@@ -407,13 +373,8 @@ async fn guarded_txn_is_never_applied_twice(version: EtcdVersion) {
 /// the answers stay lost 5 s more, so the clean-up's first read is lost
 /// too (it gave up after that one read before).
 async fn an_abandoned_acquire_leaves_no_key_behind(version: EtcdVersion) {
-    let f = EtcdFixture::start(version).await;
-    let (a, partition) = f.partitionable_source().await;
-    let b = f.source().await;
-    scenarios::abandoned_acquire_leaves_nothing_behind(
-        a,
-        &partition,
-        b,
+    scenarios::abandoned_acquire_leaves_nothing_behind::<EtcdFixture>(
+        version,
         Duration::from_secs(10),
         Duration::from_secs(1),
         Duration::from_secs(5),
@@ -426,32 +387,13 @@ async fn an_abandoned_acquire_leaves_no_key_behind(version: EtcdVersion) {
 /// shorter than the 15 s lease) goes through once the network is back,
 /// whether its caller waits for it or gives up on it.
 async fn release_during_a_blip_still_releases(version: EtcdVersion) {
-    let f = EtcdFixture::start(version).await;
-    let (holder, partition) = f.partitionable_source().await;
-    let waiter = f.source().await;
-    scenarios::release_during_a_blip_still_releases(
-        holder,
-        &partition,
-        waiter,
-        Duration::from_secs(15),
-        Duration::from_secs(4),
-    )
-    .await;
+    scenarios::release_during_a_blip_still_releases::<EtcdFixture>(version).await;
 }
 
 /// A waiter whose session is lost while it is queued (a partition longer
 /// than the TTL) queues again with a new session instead of giving up.
 async fn waiter_requeues_after_losing_its_session(version: EtcdVersion) {
-    let f = EtcdFixture::start(version).await;
-    let holder = f.source().await;
-    let (waiter, partition) = f.partitionable_source().await;
-    scenarios::waiter_requeues_after_losing_its_session(
-        holder,
-        waiter,
-        &partition,
-        Duration::from_secs(3),
-    )
-    .await;
+    scenarios::waiter_requeues_after_losing_its_session::<EtcdFixture>(version).await;
 }
 
 /// Bad input: unreachable endpoints time out naming them; a bad prefix and

@@ -9,6 +9,7 @@ use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_harness::cache::cached_bin;
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios::{self, Held};
 use fencing_harness::Reaped;
 

@@ -3,6 +3,7 @@
 //! real network partition.
 
 mod v3_8 {
+    use fencing_harness::fixture::Fixture;
     use fencing_harness::zk::ensemble::ZkVersion;
     use fencing_harness::zk::fixture::ZkFixture;
 
@@ -14,6 +15,7 @@ mod v3_8 {
 }
 
 mod v3_9 {
+    use fencing_harness::fixture::Fixture;
     use fencing_harness::zk::ensemble::ZkVersion;
     use fencing_harness::zk::fixture::ZkFixture;
 

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, ResourceName};
+use fencing_harness::fixture::Fixture;
 use fencing_harness::net::proxy::Proxy;
 use fencing_harness::scenarios;
 use fencing_harness::zk::ensemble::{ZkOptions, ZkVersion};
@@ -25,16 +26,8 @@ fn opts(session_timeout: Duration) -> AcquireOptions {
 /// The leader dies while one client holds the lock and another waits:
 /// tokens keep increasing across the new epoch; never two holders.
 async fn leader_killed_while_held_and_waited_for(version: ZkVersion) {
-    let mut f = ZkFixture::start(version).await;
-    let sources = [f.source().await, f.source().await, f.source().await];
-    let observer = sources[2].client().await.unwrap();
-    let dir = format!("{}/leader-kill", f.path);
-    let queued = || {
-        let (client, dir) = (observer.clone(), dir.clone());
-        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
-    };
     let [first, _, third] =
-        scenarios::leader_loss(&mut f.ensemble, sources, queued, Duration::from_secs(6)).await;
+        scenarios::leader_loss::<ZkFixture>(version, Duration::from_secs(6)).await;
     let epoch = |t: FencingToken| t.get() >> 32;
     assert!(
         epoch(third) > epoch(first),
@@ -44,10 +37,7 @@ async fn leader_killed_while_held_and_waited_for(version: ZkVersion) {
 
 /// Every server restarts (same data): tokens continue upward.
 async fn all_servers_restarted(version: ZkVersion) {
-    let mut f = ZkFixture::start(version).await;
-    let cfg = f.config(f.ensemble.endpoints());
-    let connect = || async { ZkSource::connect(cfg.clone()).await.expect("connect") };
-    scenarios::full_restart(&mut f.ensemble, connect).await;
+    scenarios::full_restart::<ZkFixture>(version).await;
 }
 
 /// The reference's pause with real processes: a holder frozen past its
@@ -120,19 +110,7 @@ async fn node_deleted_behind_our_back(version: ZkVersion) {
 
 /// 64 waiters on one lock: each hand-over wakes exactly one waiter.
 async fn sixty_four_waiters_no_herd(version: ZkVersion) {
-    let f = ZkFixture::start(version).await;
-    let holder = f.source().await;
-    let mut waiters = Vec::new();
-    for _ in 0..scenarios::HERD {
-        waiters.push(f.source().await);
-    }
-    let client = holder.client().await.unwrap();
-    let dir = format!("{}/herd", f.path);
-    let count = || {
-        let (client, dir) = (client.clone(), dir.clone());
-        async move { client.list_children(&dir).await.map_or(0, |c| c.len()) }
-    };
-    scenarios::no_thundering_herd(holder.clone(), waiters, count, ZkSource::waiter_wakeups).await;
+    scenarios::no_thundering_herd::<ZkFixture>(version).await;
 }
 
 /// Grants and gates refuse tokens of another ensemble.
@@ -228,17 +206,7 @@ async fn digest_acls_protect_lock_nodes(version: ZkVersion) {
 /// shorter than the 15 s lease) goes through once the network is back,
 /// whether its caller waits for it or gives up on it.
 async fn release_during_a_blip_still_releases(version: ZkVersion) {
-    let f = ZkFixture::start(version).await;
-    let (holder, partition) = f.partitionable_source().await;
-    let waiter = f.source().await;
-    scenarios::release_during_a_blip_still_releases(
-        holder,
-        &partition,
-        waiter,
-        Duration::from_secs(15),
-        Duration::from_secs(4),
-    )
-    .await;
+    scenarios::release_during_a_blip_still_releases::<ZkFixture>(version).await;
 }
 
 /// A release is the delete of the lock node and nothing else: the grant's
@@ -288,13 +256,8 @@ async fn a_release_sends_only_the_delete(version: ZkVersion) {
 /// An acquire dropped while its create is unanswered (the replies are lost,
 /// the acquire times out) must not leave its node behind.
 async fn abandoned_create_leaves_no_node(version: ZkVersion) {
-    let f = ZkFixture::start(version).await;
-    let (a, partition) = f.partitionable_source().await;
-    let b = f.source().await;
-    scenarios::abandoned_acquire_leaves_nothing_behind(
-        a,
-        &partition,
-        b,
+    scenarios::abandoned_acquire_leaves_nothing_behind::<ZkFixture>(
+        version,
         Duration::from_secs(15),
         Duration::from_millis(1500),
         Duration::ZERO,
@@ -342,16 +305,7 @@ async fn guarded_multi_opens_no_extra_session(version: ZkVersion) {
 /// A waiter whose session is lost while it is queued (a partition longer
 /// than the TTL) queues again with a new session instead of giving up.
 async fn waiter_requeues_after_losing_its_session(version: ZkVersion) {
-    let f = ZkFixture::start(version).await;
-    let holder = f.source().await;
-    let (waiter, partition) = f.partitionable_source().await;
-    scenarios::waiter_requeues_after_losing_its_session(
-        holder,
-        waiter,
-        &partition,
-        Duration::from_secs(3),
-    )
-    .await;
+    scenarios::waiter_requeues_after_losing_its_session::<ZkFixture>(version).await;
 }
 
 /// A lease declared lost frees the lock at the server, whatever the holder

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fencing::{AcquireOptions, FencingSource, ResourceName};
 use fencing_harness::cache::cached_bin;
+use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios::{self, Held};
 use fencing_harness::zk::ensemble::ZkVersion;
 use fencing_harness::zk::fixture::ZkFixture;

@@ -1,0 +1,37 @@
+//! What the etcd and ZooKeeper test fixtures share ([`crate::etcd::fixture`],
+//! [`crate::zk::fixture`] implement it), so that a scenario
+//! of [`crate::scenarios`] is written once and run on both: a fresh
+//! 3-member cluster of one release, clients straight to every member, and
+//! clients behind a [`Partition`] the test can cut.
+
+use std::future::Future;
+
+use fencing::FencingSource;
+
+use crate::etcd::fixture::Partition;
+use crate::member::MemberCluster;
+
+/// A backend's fixture; see the module.
+pub trait Fixture: Sized + Send + Sync {
+    /// The releases it runs (`EtcdVersion`, `ZkVersion`).
+    type Version: Copy + Send;
+    /// Its backend's source.
+    type Source: FencingSource + Clone + 'static;
+    /// Its cluster's process control.
+    type Cluster: MemberCluster;
+
+    /// A fresh 3-member cluster of `version`.
+    fn start(version: Self::Version) -> impl Future<Output = Self> + Send;
+    /// A client connected straight to every member.
+    fn source(&self) -> impl Future<Output = Self::Source> + Send;
+    /// A client whose every connection goes through a proxy the test cuts.
+    fn partitionable_source(&self) -> impl Future<Output = (Self::Source, Partition)> + Send;
+    /// The members, to kill, pause and restart.
+    fn cluster_mut(&mut self) -> &mut Self::Cluster;
+    /// How many contenders (the holder among them) the cluster has queued
+    /// on lock `resource`, asked through `observer`'s connection.
+    fn queued(&self, observer: &Self::Source, resource: &str)
+        -> impl Future<Output = usize> + Send;
+    /// How often `source`'s waiters woke to look at the queue.
+    fn waiter_wakeups(source: &Self::Source) -> u64;
+}
