@@ -61,8 +61,13 @@ install_all() {
 
 step_bg "installs (cluster binaries, anchors, images)" install_all
 step "static checks (scripts/check.sh)" bash scripts/check.sh
-step "build every test, helper, campaign and bench binary (profile ci)" \
-    cargo test --workspace --locked --profile ci --no-run -q
+# The campaign and bench binaries are no test targets (test = false) and
+# their packages have no tests that would build them: --bins does.
+build_all() {
+    cargo build --workspace --locked --profile ci --bins -q &&
+        cargo test --workspace --locked --profile ci --no-run -q
+}
+step "build every test, helper, campaign and bench binary (profile ci)" build_all
 step_wait "installs (cluster binaries, anchors, images)"
 step "fence image (from the ci build's binary)" bash scripts/install/fence-image.sh "$target/fence"
 
