@@ -429,10 +429,11 @@ async fn campaign(args: RunArgs) -> ExitCode {
                 println!("too little exercised: {shortfall}");
             }
             println!("faults injected for {:.0} s", outcome.faulted.as_secs_f64());
+            let (report_starts, history_starts) = &outcome.clock_origins;
             println!(
-                "history: {} (its t = 0 ms is {} UTC, the members' log time)",
+                "history: {} (UTC, the members' log time: the report's t = 0 ms is {report_starts}, \
+                 the history's at_ns = 0 is {history_starts})",
                 outcome.history.display(),
-                outcome.history_starts
             );
             println!("timeline: {}", outcome.timeline.display());
             if !outcome.held() {

@@ -81,9 +81,10 @@ pub struct Outcome {
     /// How long faults were injected.
     pub faulted: Duration,
     pub history: PathBuf,
-    /// The wall-clock (UTC) time of the history's first event, as the
-    /// members' logs write time.
-    pub history_starts: String,
+    /// The wall-clock (UTC) times, as the members' logs write them, of the
+    /// report's t = 0 (the history's first event) and of the history file's
+    /// `at_ns` = 0.
+    pub clock_origins: (String, String),
     pub timeline: PathBuf,
 }
 
@@ -167,12 +168,13 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
         shortfalls.push(format!("never drawn: {}", names.join(", ")));
     }
     let first_event = std::time::Duration::from_nanos(report.origin_ns);
-    let history_starts = recorder
+    let report_starts = recorder
         .wall_origin
         .checked_add(first_event)
         .map_or_else(|_| "?".to_owned(), |t| t.to_string());
+    let clock_origins = (report_starts, recorder.wall_origin.to_string());
     Ok(Outcome {
-        history_starts,
+        clock_origins,
         report,
         leftover_holder: leftover,
         shortfalls,
