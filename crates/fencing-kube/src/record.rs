@@ -352,7 +352,7 @@ pub(crate) fn renewed_lease(
 /// acquireTime, and for a take the same Lease object. The acquireTime, to
 /// the microsecond, tells our write from any later grant to the same
 /// identity, which counts one more transition anyway.
-pub(crate) fn carries_write(current: &Lease, written: &Lease) -> bool {
+fn carries_write(current: &Lease, written: &Lease) -> bool {
     let (now, ours) = (LeaseView::of(current), LeaseView::of(written));
     let acquired = |l: &Lease| l.spec.as_ref().and_then(|s| s.acquire_time.clone());
     !now.holder.is_empty()
@@ -361,6 +361,41 @@ pub(crate) fn carries_write(current: &Lease, written: &Lease) -> bool {
         && (ours.uid.is_empty() || now.uid == ours.uid)
         && acquired(current).is_some()
         && acquired(current) == acquired(written)
+}
+
+/// What one read of the Lease says about a grant write whose answer was
+/// lost. The apiserver may still apply such a write after its client gave
+/// up on the request (the storage call outlives it), so "not there yet" is
+/// not "never": only a Lease that moved past the write's precondition rules
+/// it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteFate {
+    /// The Lease carries the grant the write made.
+    Landed,
+    /// The write's precondition no longer holds: it can never apply.
+    CannotLand,
+    /// The Lease is still the one the write was conditioned on.
+    MayStillLand,
+}
+
+/// The fate of `written` (a create, or a replace guarded by its
+/// resourceVersion) given the Lease as read now (`None`: absent).
+pub(crate) fn write_fate(current: Option<&Lease>, written: &Lease) -> WriteFate {
+    if current.is_some_and(|c| carries_write(c, written)) {
+        return WriteFate::Landed;
+    }
+    let precondition = written.metadata.resource_version.as_deref();
+    let still = match (current, precondition) {
+        // A create waits for an absent Lease; a replace for its version.
+        (None, None) => true,
+        (Some(c), Some(rv)) => c.metadata.resource_version.as_deref() == Some(rv),
+        // A create meets an existing Lease (409), a replace a deleted one (404).
+        (Some(_), None) | (None, Some(_)) => false,
+    };
+    match still {
+        true => WriteFate::MayStillLand,
+        false => WriteFate::CannotLand,
+    }
 }
 
 /// client-go's release (ReleaseOnCancel): empty holder, a one-second
@@ -459,6 +494,31 @@ mod tests {
         let mut stored = created.clone();
         stored.metadata.uid = Some("u9".into());
         assert!(carries_write(&stored, &created));
+    }
+
+    /// A write whose answer was lost is ruled out only once the Lease moved
+    /// past its precondition; until then the apiserver may still apply it.
+    #[test]
+    fn a_lost_write_is_ruled_out_only_past_its_precondition() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut stored = new_lease("l", "me", 15, t0);
+        stored.metadata.uid = Some("u1".into());
+        stored.metadata.resource_version = Some("10".into());
+        let ours = taken_lease(stored.clone(), "me", 15, 3, t0 + Duration::from_secs(1));
+        assert_eq!(write_fate(Some(&stored), &ours), WriteFate::MayStillLand);
+        let mut landed = ours.clone();
+        landed.metadata.resource_version = Some("11".into());
+        assert_eq!(write_fate(Some(&landed), &ours), WriteFate::Landed);
+        let mut renewed = stored.clone();
+        renewed.metadata.resource_version = Some("12".into());
+        assert_eq!(write_fate(Some(&renewed), &ours), WriteFate::CannotLand);
+        assert_eq!(write_fate(None, &ours), WriteFate::CannotLand);
+        // A create: pending while no Lease exists, dead once another does.
+        let created = new_lease("l", "me", 15, t0);
+        assert_eq!(write_fate(None, &created), WriteFate::MayStillLand);
+        let other = new_lease("l", "other", 15, t0);
+        assert_eq!(write_fate(Some(&other), &created), WriteFate::CannotLand);
+        assert_eq!(write_fate(Some(&created), &created), WriteFate::Landed);
     }
 
     /// Only the controller names a coordinated holder; one that carries a

@@ -177,6 +177,15 @@ impl Backoff {
             return false;
         }
         tracing::warn!(lease, error = %error, retry_in = ?self.pause, "{what} failed; retrying");
+        self.wait().await
+    }
+
+    /// Waits before the next look; false (without waiting) when the next
+    /// would start too late.
+    pub(crate) async fn wait(&mut self) -> bool {
+        if Instant::now() + self.pause >= self.give_up {
+            return false;
+        }
         tokio::time::sleep(self.pause).await;
         self.pause = (self.pause * 2).min(std::time::Duration::from_secs(1));
         true

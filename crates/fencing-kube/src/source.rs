@@ -22,8 +22,8 @@ use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
-    carries_write, decide, decide_coordinated, new_lease, observe, parse_rv, released_lease,
-    taken_lease, Coordinated, Decision, GrantKey, LeaseView, Observed,
+    decide, decide_coordinated, new_lease, observe, parse_rv, released_lease, taken_lease,
+    write_fate, Coordinated, Decision, GrantKey, LeaseView, Observed, WriteFate,
 };
 use crate::session::{Backoff, Held, KubeGrant};
 
@@ -437,49 +437,64 @@ impl KubeLeaseSource {
     }
 
     /// Clears the grant `written` made if it landed although its answer was
-    /// lost; retried for up to the lease duration, after which any
-    /// candidate may take the Lease anyway.
+    /// lost, or makes sure it never lands: the apiserver may apply a write
+    /// after its client gave up on it (the storage call outlives the
+    /// request), so a Lease still at the write's precondition is released
+    /// over it, which leaves the write nothing to apply to. Retried for up
+    /// to the lease duration, after which any candidate may take the Lease
+    /// anyway.
     async fn undo_if_landed(&self, written: &Lease, within: Duration) {
         let name = written.metadata.name.as_deref().unwrap_or_default();
         let mut backoff = Backoff::within(within);
         loop {
-            let error = match self.undo_once(name, written).await {
-                Ok(()) => return,
-                Err(e) => e,
-            };
-            if !backoff
-                .pause("kube check for an unanswered grant", name, &error)
-                .await
-            {
-                tracing::warn!(lease = name, error = %error, "could not check for a grant whose answer was lost");
-                return;
+            match self.undo_once(name, written).await {
+                Ok(true) => return,
+                Ok(false) if backoff.wait().await => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        lease = name,
+                        "gave up on a create whose answer was lost; it may still apply"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    let what = "kube check for an unanswered grant";
+                    if !backoff.pause(what, name, &e).await {
+                        tracing::warn!(lease = name, error = %e, "could not check for a grant whose answer was lost");
+                        return;
+                    }
+                }
             }
         }
     }
 
-    /// One look for the grant `written` made: released if it landed and the
-    /// Lease still carries it.
-    async fn undo_once(&self, name: &str, written: &Lease) -> Result<()> {
+    /// One look for the grant `written` made; true once it is undone or can
+    /// no longer apply, false to look again (a create still pending, or the
+    /// Lease changed under our release).
+    async fn undo_once(&self, name: &str, written: &Lease) -> Result<bool> {
         let leases = &self.inner.leases;
-        let Some(current) = leases.get(name).await? else {
-            return Ok(());
+        let current = leases.get(name).await?;
+        let current = match (write_fate(current.as_ref(), written), current) {
+            (WriteFate::CannotLand, _) => return Ok(true),
+            // Only a Lease can be released over a create's head.
+            (_, None) => return Ok(false),
+            // Carrying the write, or still at its precondition (and so
+            // still as free or expired as when the write was decided).
+            (_, Some(current)) => current,
         };
-        if !carries_write(&current, written) {
-            return Ok(());
-        }
         match leases
             .replace(&released_lease(current, SystemTime::now()))
             .await
         {
             Ok(_) => {
-                tracing::info!(lease = name, "cleared a grant whose answer was lost");
-                Ok(())
+                tracing::info!(
+                    lease = name,
+                    "released the Lease over a grant whose answer was lost"
+                );
+                Ok(true)
             }
-            Err(Failure::NotFound) => Ok(()),
-            Err(Failure::Conflict) => Err(Error::backend(
-                leases.call("release", name).to_string(),
-                "the Lease changed since it was read",
-            )),
+            Err(Failure::NotFound) => Ok(true),
+            Err(Failure::Conflict) => Ok(false),
             Err(f) => Err(f.into_error(leases.call("release", name))),
         }
     }

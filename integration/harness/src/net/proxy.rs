@@ -23,11 +23,16 @@
 //! and re-sent it elsewhere, as a proposal held in a partitioned link
 //! between members is delivered when the link heals.
 //!
+//! A fourth loses one request outright: after a given number of further
+//! reads from clients, the connection that makes the next read has
+//! everything it sends from then on dropped (it stays open), so the server
+//! never sees the request its client is waiting on.
+//!
 //! Every task belongs to the proxy and is aborted when it is dropped.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,6 +117,16 @@ impl Proxy {
     pub fn set_requests_held(&self, on: bool) {
         self.faults.held.send_replace(on);
     }
+
+    /// Lets `reads` more reads from clients through, then drops everything
+    /// the connection that makes the next read sends (that connection only,
+    /// left open). With a warm connection and one request per read: the
+    /// request after the next `reads` requests never reaches the server.
+    pub fn drop_requests_after(&self, reads: u32) {
+        self.faults
+            .reads_left
+            .store(i64::from(reads), Ordering::SeqCst);
+    }
 }
 
 impl Drop for Proxy {
@@ -128,6 +143,17 @@ struct Faults {
     /// Bumped by `cut_connections`; each connection ends when it changes.
     cut: watch::Sender<u64>,
     held: watch::Sender<bool>,
+    /// Reads to let through before `drop_requests_after` strikes; negative
+    /// when unarmed.
+    reads_left: AtomicI64,
+}
+
+impl Faults {
+    /// Whether this read is the one `drop_requests_after` strikes at.
+    fn strikes(&self) -> bool {
+        let left = self.reads_left.load(Ordering::SeqCst);
+        left >= 0 && self.reads_left.fetch_sub(1, Ordering::SeqCst) == 0
+    }
 }
 
 impl Default for Faults {
@@ -137,6 +163,7 @@ impl Default for Faults {
             replies_dropped: AtomicBool::new(false),
             cut: watch::channel(0).0,
             held: watch::channel(false).0,
+            reads_left: AtomicI64::new(-1),
         }
     }
 }
@@ -173,12 +200,7 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     let replies_cut = cut.clone();
     let pumps = async {
         tokio::join!(
-            pump_requests(
-                in_read,
-                out_write,
-                &faults.blackhole,
-                faults.held.subscribe()
-            ),
+            pump_requests(in_read, out_write, &faults, faults.held.subscribe()),
             pump_replies(
                 out_read,
                 in_write,
@@ -291,10 +313,12 @@ fn without_cancels(held: &[u8]) -> Vec<u8> {
 async fn pump_requests(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    blackhole: &AtomicBool,
+    faults: &Faults,
     mut held: watch::Receiver<bool>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Set for good once `drop_requests_after` struck this connection.
+    let mut lost = false;
     let mut frames = Frames::default();
     let mut kept: Vec<u8> = Vec::new();
     // Whether the current frame began while held.
@@ -318,7 +342,8 @@ async fn pump_requests(
                 continue;
             }
         };
-        if blackhole.load(Ordering::SeqCst) {
+        lost = lost || faults.strikes();
+        if lost || faults.blackhole.load(Ordering::SeqCst) {
             continue;
         }
         let hold = *held.borrow();
@@ -370,6 +395,15 @@ mod tests {
         let ping = frame(0x6, 0, &[0; 8]);
         let held = [headers.clone(), data.clone(), cancel, ping.clone()].concat();
         assert_eq!(without_cancels(&held), [headers, data, ping].concat());
+    }
+
+    #[test]
+    fn a_drop_strikes_once_after_the_reads_it_lets_through() {
+        let faults = Faults::default();
+        assert!(!faults.strikes(), "unarmed");
+        faults.reads_left.store(1, Ordering::SeqCst);
+        let reads: Vec<bool> = (0..4).map(|_| faults.strikes()).collect();
+        assert_eq!(reads, [false, true, false, false]);
     }
 
     #[test]

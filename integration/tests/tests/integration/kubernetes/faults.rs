@@ -157,6 +157,7 @@ async fn no_lease_stays_named_to_a_holder_that_is_gone() {
     let mut f = KubeFixture::start().await;
     a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(&mut f).await;
     an_acquire_cut_off_during_its_write_leaves_the_lease_free(&f).await;
+    a_write_lost_on_its_way_cannot_land_after_close(&f).await;
 }
 
 /// A release sent while the apiserver is down is retried once it is back,
@@ -249,6 +250,53 @@ async fn an_acquire_cut_off_during_its_write_leaves_the_lease_free(f: &KubeFixtu
             "{name}: only {landed} writes landed unanswered in cuts up to {cut:?}"
         );
     }
+}
+
+/// A grant write whose answer never came may still be applied after
+/// `close()`: the apiserver carries out a request after its client gave up
+/// (a campaign's hygiene check found a Lease written that way, 2 s after
+/// the acquire timed out). Here the write is lost before the apiserver
+/// sees it, and stands for one delivered late: once `close()` returned, a
+/// write conditioned on the Lease as the acquire read it must be refused.
+async fn a_write_lost_on_its_way_cannot_land_after_close(f: &KubeFixture) {
+    use fencing_harness::kubernetes::cluster::KubeUser;
+    use kube::api::PostParams;
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let proxy = f.proxy().await;
+    let kubeconfig = f.kubeconfig_via(KubeUser::LeaseUser, &proxy.endpoint());
+    // The lost write costs its client one request timeout.
+    let quick = f.options().request_timeout(Duration::from_millis(500));
+    let a = KubeLeaseSource::connect(f.config_with(kubeconfig).options(quick))
+        .await
+        .unwrap();
+    let (lock, once) = (r("lost-write"), AcquireOptions::new());
+    // The Lease exists and is free, so the acquire takes it with a replace,
+    // and the client's connection is open and idle.
+    let first = a.try_acquire(&lock, &once).await.unwrap().unwrap();
+    first.release().await.unwrap();
+    let read = leases.get("lost-write").await.unwrap();
+    // The acquire's read passes; its write is lost.
+    proxy.drop_requests_after(1);
+    let e = a
+        .try_acquire(&lock, &once)
+        .await
+        .expect_err("the write was lost");
+    assert!(
+        e.to_string().starts_with("update Lease"),
+        "the acquire failed before its write: {e}"
+    );
+    a.close().await.unwrap();
+    let mut late = read.clone();
+    late.spec.as_mut().unwrap().holder_identity = Some("late-write".into());
+    let landed = leases
+        .replace("lost-write", &PostParams::default(), &late)
+        .await;
+    assert!(
+        matches!(&landed, Err(kube::Error::Api(e)) if e.code == 409),
+        "a write conditioned on the Lease the lost acquire read still applied after close(): {landed:?}"
+    );
+    assert_eq!(a.holder(&lock).await.unwrap(), None);
 }
 
 /// Four candidates, five rounds each, every holder writes through a gate
