@@ -88,7 +88,15 @@ async fn delete_zk_holder(
 /// A holder of the campaign's `locks` through `source` (`RESOURCE: HOLDER`),
 /// or `none` as soon as no lock has one; a holder seen before `within`
 /// has passed is looked at again until then (it may be on its way out).
-pub async fn inspect(source: &str, within: Duration, locks: &[String]) -> Result<String, String> {
+/// On Kubernetes a Lease named to a `killed` client process is left out:
+/// nothing but another candidate ends it, as a session's expiry would.
+pub async fn inspect(
+    source: &str,
+    within: Duration,
+    locks: &[String],
+    killed: &[u32],
+) -> Result<String, String> {
+    let kube = source.starts_with("kube:");
     let opening = fencing::connect(source);
     let source = match tokio::time::timeout(Duration::from_secs(15), opening).await {
         Ok(Ok(source)) => source,
@@ -110,8 +118,11 @@ pub async fn inspect(source: &str, within: Duration, locks: &[String]) -> Result
             // client-go's release is one attempt: under a partition it
             // fails and the program exits, leaving the Lease named to it.
             // That is the anchor's behaviour, not ours; said, not counted.
-            Ok(Ok(Some(holder))) if anchor_named(&holder.holder) => {
-                eprintln!("inspect: {resource} is still named to the anchor: {holder:?}");
+            Ok(Ok(Some(holder)))
+                if anchor_named(&holder.holder)
+                    || (kube && killed.contains(&identity_pid(&holder.holder))) =>
+            {
+                eprintln!("inspect: {resource} is still named to a killed client or the anchor: {holder:?}");
                 match locks.next() {
                     Some(next) => resource = next?,
                     None => return Ok("none".into()),
@@ -131,6 +142,16 @@ pub async fn inspect(source: &str, within: Duration, locks: &[String]) -> Result
             other => return Err(format!("{other:?}")),
         }
     }
+}
+
+/// The process id in a default holder identity (`HOST-PID-SUFFIX`), 0 when
+/// it has none.
+fn identity_pid(holder: &str) -> u32 {
+    holder
+        .rsplit('-')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A holder identity of the anchor client (`clientgo6-PID` on Kubernetes).
@@ -156,4 +177,17 @@ pub async fn maintain(endpoint: &str) -> Result<String, etcd_client::Error> {
         "compacted at {revision}, defragmented in {} ms",
         started.elapsed().as_millis()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pid_is_read_from_a_default_identity_only() {
+        assert_eq!(identity_pid("vm-2756-383c85f2"), 2756);
+        assert_eq!(identity_pid("my-host-name-17-0123abcd"), 17);
+        assert_eq!(identity_pid("clientgo6-2417"), 0);
+        assert_eq!(identity_pid("anything"), 0);
+    }
 }

@@ -236,6 +236,9 @@ enum Command {
         /// The run's --locks
         #[arg(long, value_parser = locks_in_range)]
         locks: usize,
+        /// The process ids of the clients the run killed
+        #[arg(long, value_delimiter = ',')]
+        killed: Vec<u32>,
     },
 }
 
@@ -312,9 +315,10 @@ fn main() -> ExitCode {
                 source,
                 within_ms,
                 locks,
+                killed,
             } => {
                 let within = Duration::from_millis(within_ms);
-                match admin::inspect(&source, within, &lock_names(locks)).await {
+                match admin::inspect(&source, within, &lock_names(locks), &killed).await {
                     Ok(answer) => {
                         println!("{answer}");
                         ExitCode::SUCCESS

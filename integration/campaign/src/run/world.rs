@@ -44,6 +44,8 @@ pub struct ClientProc {
     /// The relays of this client's starts: each ends when its process's
     /// output does, after its storage writes in flight are answered.
     relays: Vec<tokio::task::JoinHandle<()>>,
+    /// The processes of this client that were killed (not stopped).
+    killed: Vec<u32>,
 }
 
 /// A client's faked clock (libfaketime preloaded into the client).
@@ -83,9 +85,11 @@ impl ClientProc {
         std::fs::write(&self.clock_file, format!("{secs:+}\n")).map_err(|e| e.to_string())
     }
 
-    /// SIGKILL and reap.
+    /// SIGKILL and reap (a process that already exited is only reaped).
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // `id` is gone once the child was reaped: it stopped on its own.
+            self.killed.extend(child.id());
             let _ = child.start_kill();
             let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
         }
@@ -274,6 +278,7 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
             clock: None,
             clock_file: cfg.out.join(format!("{}.faketime", cfg.client_name(i))),
             relays: Vec::new(),
+            killed: Vec::new(),
         })
         .collect();
     let storage = Arc::new(Storage::start(&exe, &cfg.out.join("storage")).await?);
@@ -449,6 +454,11 @@ async fn leftover_holder(world: &World) -> Option<String> {
     };
     // A killed client's session or lease lives on until it expires.
     let within = world.spawner.ttl * 3 + Duration::from_secs(2);
+    let killed: Vec<String> = world
+        .clients
+        .iter()
+        .flat_map(|c| c.killed.iter().map(u32::to_string))
+        .collect();
     cmd.args([
         "inspect",
         "--source",
@@ -458,6 +468,9 @@ async fn leftover_holder(world: &World) -> Option<String> {
         "--locks",
         &world.locks().len().to_string(),
     ]);
+    if !killed.is_empty() {
+        cmd.args(["--killed", &killed.join(",")]);
+    }
     let out = tokio::process::Command::from(cmd)
         .kill_on_drop(true)
         .output();
