@@ -453,7 +453,7 @@ impl KubeLeaseSource {
                 Ok(false) => {
                     tracing::warn!(
                         lease = name,
-                        "gave up on a create whose answer was lost; it may still apply"
+                        "gave up on a write whose answer was lost; it may still apply"
                     );
                     return;
                 }
