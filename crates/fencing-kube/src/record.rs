@@ -464,13 +464,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn only_the_lease_our_write_made_counts_as_carrying_it() {
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+    /// A Lease as stored (version 10) and our take of it, written at t0 + 1 s.
+    fn stored_and_taken(t0: SystemTime) -> (Lease, Lease) {
         let mut stored = new_lease("l", "me", 15, t0);
         stored.metadata.uid = Some("u1".into());
         stored.metadata.resource_version = Some("10".into());
         let ours = taken_lease(stored.clone(), "me", 15, 3, t0 + Duration::from_secs(1));
+        (stored, ours)
+    }
+
+    #[test]
+    fn only_the_lease_our_write_made_counts_as_carrying_it() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let (stored, ours) = stored_and_taken(t0);
         let mut landed = ours.clone();
         landed.metadata.resource_version = Some("11".into());
         assert!(carries_write(&landed, &ours));
@@ -501,10 +507,7 @@ mod tests {
     #[test]
     fn a_lost_write_is_ruled_out_only_past_its_precondition() {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
-        let mut stored = new_lease("l", "me", 15, t0);
-        stored.metadata.uid = Some("u1".into());
-        stored.metadata.resource_version = Some("10".into());
-        let ours = taken_lease(stored.clone(), "me", 15, 3, t0 + Duration::from_secs(1));
+        let (stored, ours) = stored_and_taken(t0);
         assert_eq!(write_fate(Some(&stored), &ours), WriteFate::MayStillLand);
         let mut landed = ours.clone();
         landed.metadata.resource_version = Some("11".into());
