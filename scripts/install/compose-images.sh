@@ -105,8 +105,10 @@ cat >"$context/zk/zkServer.sh" <<SCRIPT
 # The two verbs of zkServer.sh that containers use.
 case "\${1:-}" in
 start-foreground)
+    # JVMFLAGS: system properties, as the official image takes them.
     exec java -Xmx256m -Djava.net.preferIPv4Stack=true \\
         -Dorg.slf4j.simpleLogger.showDateTime=true \\
+        \${JVMFLAGS:-} \\
         -cp "$home/lib/*" org.apache.zookeeper.server.quorum.QuorumPeerMain /conf/zoo.cfg ;;
 status)
     # Serving only in a quorum: srvr then names the mode.

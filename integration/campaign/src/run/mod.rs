@@ -104,11 +104,12 @@ impl Outcome {
 /// (the waiter may be queued behind it; a holder that died or was cut off
 /// keeps the lock for its lease, which is shorter), plus one acquire's wait
 /// bound (a waiter whose session or watch died in the fault learns of it
-/// then, and queues again), plus what the servers need to serve again: a
-/// ZooKeeper follower has initLimit x tickTime (50 x 200 ms) to join a new
-/// leader; etcd elects within twice its longest election timeout (2 x 5 s,
-/// the distant member); the apiserver gets the same 10 s to start. A local
-/// source has no server.
+/// then, and queues again), plus what the servers need to serve again: on
+/// ZooKeeper a leader round that fails for want of synced followers
+/// (initLimit x tickTime, 30 x 200 ms) and the election after it (members
+/// retry at least every 2 s: two rounds of notifications); etcd elects
+/// within twice its longest election timeout (2 x 5 s, the distant member);
+/// the apiserver gets the same 10 s to start. A local source has no server.
 pub fn heal_bound(kind: Kind, ttl: Duration) -> Duration {
     let longest_hold = (ttl * 5 / 2).max(Duration::from_secs(3));
     let acquire_wait = Duration::from_secs(5);

@@ -14,7 +14,7 @@ use rustix::process::Signal;
 
 use crate::member::MemberProcess;
 use crate::net::netns::Host;
-use crate::zk::ensemble::{jvm, ZkVersion};
+use crate::zk::ensemble::{jvm, ZkVersion, INIT_LIMIT};
 
 /// Members do not fsync (`forceSync=no`, etcd 3.6's `--unsafe-no-fsync`):
 /// the campaign kills processes,
@@ -309,7 +309,7 @@ fn zk_member(
     std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
     std::fs::write(data.join("myid"), format!("{}\n", i + 1)).map_err(|e| e.to_string())?;
     let mut cfg = format!(
-        "tickTime={TICK_MS}\ninitLimit=50\nsyncLimit={sync_limit}\ndataDir={}\n\
+        "tickTime={TICK_MS}\ninitLimit={INIT_LIMIT}\nsyncLimit={sync_limit}\ndataDir={}\n\
          clientPort=2181\nclientPortAddress={}\nadmin.enableServer=false\n\
          4lw.commands.whitelist=*\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
          forceSync=no\n",

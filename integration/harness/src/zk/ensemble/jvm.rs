@@ -8,7 +8,9 @@ use std::process::Command;
 /// Makes `cmd`, a `java` command, run the server configured by `config`:
 /// no JVM options from the environment (they must not configure these
 /// JVMs behind our back), a small heap, a dead peer's election port noticed
-/// within a second, and log lines stamped in UTC as etcd stamps them, so a
+/// within a second, a member that found no quorum trying again at least
+/// every 2 s (the election's back-off doubles up to 60 s by default), and
+/// log lines stamped in UTC as etcd stamps them, so a
 /// gap in a test's or campaign's history can be laid against the servers'
 /// elections. `jvm_options` go before the main class.
 pub fn server_command<'a>(
@@ -29,6 +31,7 @@ pub fn server_command<'a>(
         .args([
             "-Djava.net.preferIPv4Stack=true",
             "-Dzookeeper.cnxTimeout=1000",
+            "-Dzookeeper.fastleader.maxNotificationInterval=2000",
             "-Duser.timezone=UTC",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSX",

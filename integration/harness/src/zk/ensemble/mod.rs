@@ -86,6 +86,12 @@ const STAMP: &str = ".complete";
 /// ZooKeeper's tick: the unit of heartbeats, `initLimit` and `syncLimit`.
 /// Short, so a dead leader is noticed and replaced within about a second.
 const TICK_MS: u64 = 200;
+/// How many ticks a new leader waits for a quorum of followers to connect
+/// and sync (`initLimit`; 6 s with the 200 ms ticks of every cluster here).
+/// Short, because a leader round that fails waits all of it before the next
+/// election (10 s rounds made most of a 26.7 s stretch without grants in a
+/// campaign soak); above the longest sync that soak saw (4.2 s).
+pub(crate) const INIT_LIMIT: u64 = 30;
 /// How long one four-letter-word exchange (connect, send, read the whole
 /// answer) may take.
 const FOUR_LETTER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -268,7 +274,7 @@ impl ZkEnsemble {
             .map_err(|e| ZkHarnessError::io(format!("creating {}", data.display()), e))?;
         let mut cfg = format!(
             "tickTime={TICK_MS}\n\
-             initLimit=50\n\
+             initLimit={INIT_LIMIT}\n\
              syncLimit={}\n\
              dataDir={}\n\
              clientPort={}\n\
