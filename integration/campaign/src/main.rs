@@ -429,6 +429,9 @@ async fn campaign(args: RunArgs) -> ExitCode {
             } else {
                 println!("hygiene: pass (no holder left)");
             }
+            for exit in &outcome.member_exits {
+                println!("member down: {exit}");
+            }
             for shortfall in &outcome.shortfalls {
                 println!("too little exercised: {shortfall}");
             }

@@ -12,6 +12,7 @@
 //! loop that drives the nemesis.
 
 mod anchor;
+mod member_exits;
 mod recorder;
 mod relay;
 mod workload;
@@ -86,6 +87,8 @@ pub struct Outcome {
     /// `at_ns` = 0.
     pub clock_origins: (String, String),
     pub timeline: PathBuf,
+    /// Members that exited by themselves, one line each.
+    pub member_exits: Vec<String>,
 }
 
 impl Outcome {
@@ -128,6 +131,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
     let mut world = setup(&cfg, recorder.clone()).await?;
     let result = campaign(&cfg, &mut world).await;
     let leftover = finish(&mut world).await;
+    let member_exits = world.member_exits.lines();
     let mut stored = world.storage.finish().await;
     if let (Ok(stored), Some(pg)) = (&mut stored, &world.postgres) {
         stored.marks.extend(pg.fences().await?);
@@ -182,6 +186,7 @@ pub async fn run(cfg: Config) -> Result<Outcome, String> {
         faulted,
         history: history_path,
         timeline: timeline_path,
+        member_exits,
     })
 }
 
@@ -220,6 +225,7 @@ async fn campaign(cfg: &Config, world: &mut World) -> Result<(Duration, Vec<Faul
         // resumption reaches the restarted storage.
         nemesis.end(world, storage).await?;
         nemesis.end(world, started).await?;
+        world.look_for_member_exits();
         tokio::time::sleep(step.gap).await;
     }
     let faulted = began.elapsed();

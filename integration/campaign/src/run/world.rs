@@ -12,6 +12,7 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::process::Child;
 
 use super::anchor::{anchor_args, anchor_binary};
+use super::member_exits::MemberExits;
 use super::relay::{relay, ClientStdin};
 use super::{lock_names, Config, Recorder, Workload};
 use crate::checker;
@@ -107,6 +108,8 @@ pub struct World {
     pub storage: Arc<Storage>,
     /// The PostgreSQL server they also write to, with `--postgres`.
     pub postgres: Option<Arc<PgStore>>,
+    /// Members whose process ended by itself.
+    pub member_exits: MemberExits,
     spawner: Spawner,
 }
 
@@ -126,6 +129,13 @@ struct Spawner {
 }
 
 impl World {
+    /// Notes the members that exited by themselves since the last look.
+    pub fn look_for_member_exits(&mut self) {
+        if let Some(cluster) = &self.cluster {
+            self.member_exits.look(cluster);
+        }
+    }
+
     /// The campaign binary (run inside namespaces for helper jobs).
     pub fn exe(&self) -> &std::path::Path {
         &self.spawner.exe
@@ -294,6 +304,7 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
         recorder,
         storage,
         postgres,
+        member_exits: MemberExits::default(),
         spawner: Spawner {
             exe,
             urls,
@@ -385,6 +396,8 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     if let Some(network) = &world.network {
         network.heal().map_err(|e| e.to_string())?;
     }
+    // Reaps members that exited by themselves, so they are started too.
+    world.look_for_member_exits();
     if let Some(cluster) = &mut world.cluster {
         cluster.resume_all();
         cluster.restart_dead().map_err(|e| e.to_string())?;

@@ -67,6 +67,13 @@ impl Member {
     pub fn log_tail(&self) -> String {
         self.process.log_tail()
     }
+
+    /// The exit status when the process ended by itself since it was
+    /// started (a member refusing its own data, say); from then on it no
+    /// longer counts as running.
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.process.exited()
+    }
 }
 
 /// Which cluster runs in the namespaces.
