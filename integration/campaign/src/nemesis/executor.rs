@@ -87,12 +87,17 @@ impl Nemesis {
                         n.heal().map_err(|e| e.to_string())?;
                     }
                 }
-                Undo::ResumeMember(i) => cluster(world)?.members[i].resume(),
-                Undo::RestartMember(i) => cluster(world)?.members[i]
-                    .restart()
-                    .map_err(|e| e.to_string())?,
+                Undo::ResumeMember(i) => {
+                    let member = &mut cluster(world)?.members[i];
+                    blocking(|| member.resume())
+                }
+                Undo::RestartMember(i) => {
+                    let member = &mut cluster(world)?.members[i];
+                    blocking(|| member.restart()).map_err(|e| e.to_string())?
+                }
                 Undo::RestartCluster => {
-                    cluster(world)?.restart_dead().map_err(|e| e.to_string())?
+                    let cluster = cluster(world)?;
+                    blocking(|| cluster.restart_dead()).map_err(|e| e.to_string())?
                 }
                 Undo::ResumeClient(c) => world.clients[c].signal(Signal::CONT),
                 // Unless another fault (a clock fault ending) started it.
@@ -224,9 +229,8 @@ impl Nemesis {
                     .isolate(&member_hosts, old)
                     .map_err(|e| e.to_string())?;
                 for i in (0..members).filter(|&i| i != old) {
-                    cluster(world)?.members[i]
-                        .restart()
-                        .map_err(|e| e.to_string())?;
+                    let member = &mut cluster(world)?.members[i];
+                    blocking(|| member.restart()).map_err(|e| e.to_string())?;
                 }
                 Ok((format!("m{}", old + 1), Undo::Heal))
             }
@@ -256,12 +260,13 @@ impl Nemesis {
             Fault::KillLeader => {
                 let any = self.rng.below(members);
                 let i = leader.unwrap_or(any);
-                cluster(world)?.members[i].kill();
+                let member = &mut cluster(world)?.members[i];
+                blocking(|| member.kill());
                 Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
             }
             Fault::KillCluster => {
                 for member in &mut cluster(world)?.members[..members] {
-                    member.kill();
+                    blocking(|| member.kill());
                 }
                 Ok(("every member".into(), Undo::RestartCluster))
             }
@@ -273,7 +278,8 @@ impl Nemesis {
             Fault::PauseLeader => {
                 let any = self.rng.below(members);
                 let i = leader.unwrap_or(any);
-                cluster(world)?.members[i].pause();
+                let member = &mut cluster(world)?.members[i];
+                blocking(|| member.pause());
                 Ok((format!("m{}", i + 1), Undo::ResumeMember(i)))
             }
             Fault::DeleteHolders => {
@@ -285,10 +291,10 @@ impl Nemesis {
                 let i = self.rng.below(members);
                 let member = &mut cluster(world)?.members[i];
                 if fault == Fault::PauseMember {
-                    member.pause();
+                    blocking(|| member.pause());
                     Ok((format!("m{}", i + 1), Undo::ResumeMember(i)))
                 } else {
-                    member.kill();
+                    blocking(|| member.kill());
                     Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
                 }
             }
@@ -306,10 +312,10 @@ impl Nemesis {
                 let api = all - 1;
                 let member = &mut cluster(world)?.members[api];
                 if fault == Fault::PauseApiserver {
-                    member.pause();
+                    blocking(|| member.pause());
                     Ok(("apiserver".into(), Undo::ResumeMember(api)))
                 } else {
-                    member.kill();
+                    blocking(|| member.kill());
                     Ok(("apiserver".into(), Undo::RestartMember(api)))
                 }
             }
@@ -381,6 +387,13 @@ fn postgres(world: &World) -> Result<&crate::pg_storage::PgStore, String> {
         .postgres
         .as_deref()
         .ok_or_else(|| "no PostgreSQL server".to_string())
+}
+
+/// Process control of a member waits on the kernel (a SIGSTOP taking hold
+/// in every thread, a killed JVM reaped, a fork): done off the runtime's
+/// other tasks, whose relays stamp the history as lines arrive.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
 }
 
 fn cluster(world: &mut World) -> Result<&mut fencing_harness::namespaced::Cluster, String> {

@@ -399,8 +399,12 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     // Reaps members that exited by themselves, so they are started too.
     world.look_for_member_exits();
     if let Some(cluster) = &mut world.cluster {
-        cluster.resume_all();
-        cluster.restart_dead().map_err(|e| e.to_string())?;
+        // Waits on the kernel (see the nemesis executor's `blocking`).
+        tokio::task::block_in_place(|| {
+            cluster.resume_all();
+            cluster.restart_dead()
+        })
+        .map_err(|e| e.to_string())?;
     }
     world.storage.signal(Signal::CONT).await;
     world.storage.restart().await?;

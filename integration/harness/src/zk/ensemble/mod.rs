@@ -90,7 +90,7 @@ const TICK_MS: u64 = 200;
 /// and sync (`initLimit`; 6 s with the 200 ms ticks of every cluster here).
 /// Short, because a leader round that fails waits all of it before the next
 /// election (10 s rounds made most of a 26.7 s stretch without grants in a
-/// campaign soak); above the longest sync that soak saw (4.2 s).
+/// campaign soak); above the longest sync any campaign soak saw (4.7 s).
 pub(crate) const INIT_LIMIT: u64 = 30;
 /// How long one four-letter-word exchange (connect, send, read the whole
 /// answer) may take.
