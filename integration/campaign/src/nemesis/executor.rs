@@ -8,7 +8,7 @@ use rustix::process::Signal;
 use super::{Fault, Nemesis};
 use crate::history::{EventKind, NEMESIS};
 use crate::kube::AdminAction;
-use crate::run::{Clock, World};
+use crate::run::{blocking, Clock, World};
 use fencing_harness::namespaced::{Kind, DISTANT, VOTERS};
 
 /// How to undo one started fault.
@@ -387,13 +387,6 @@ fn postgres(world: &World) -> Result<&crate::pg_storage::PgStore, String> {
         .postgres
         .as_deref()
         .ok_or_else(|| "no PostgreSQL server".to_string())
-}
-
-/// Process control of a member waits on the kernel (a SIGSTOP taking hold
-/// in every thread, a killed JVM reaped, a fork): done off the runtime's
-/// other tasks, whose relays stamp the history as lines arrive.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
 }
 
 fn cluster(world: &mut World) -> Result<&mut fencing_harness::namespaced::Cluster, String> {

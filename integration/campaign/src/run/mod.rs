@@ -34,7 +34,7 @@ use world::{finish, setup};
 
 pub use recorder::Recorder;
 pub use workload::{lock_names, Workload, MAX_LOCKS};
-pub use world::{heal_everything, ClientProc, Clock, World};
+pub use world::{blocking, heal_everything, ClientProc, Clock, World};
 
 /// What to run.
 #[derive(Clone, Debug)]

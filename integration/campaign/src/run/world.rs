@@ -390,6 +390,13 @@ async fn wait_for_apiserver(world: &World, limit: Duration) -> Result<(), String
     ))
 }
 
+/// Process control of a member waits on the kernel (a SIGSTOP taking hold
+/// in every thread, a killed JVM reaped, a fork): done off the runtime's
+/// other tasks, whose relays stamp the history as lines arrive.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
 /// No fault may outlive the run: links healed, pauses ended, dead members,
 /// storage and clients started again, clients on a faked clock back on the real one.
 pub async fn heal_everything(world: &mut World) -> Result<(), String> {
@@ -399,8 +406,7 @@ pub async fn heal_everything(world: &mut World) -> Result<(), String> {
     // Reaps members that exited by themselves, so they are started too.
     world.look_for_member_exits();
     if let Some(cluster) = &mut world.cluster {
-        // Waits on the kernel (see the nemesis executor's `blocking`).
-        tokio::task::block_in_place(|| {
+        blocking(|| {
             cluster.resume_all();
             cluster.restart_dead()
         })
