@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"sort"
 	"time"
 
@@ -15,25 +13,16 @@ import (
 // returns), and reports the median and 90th percentile of each in one
 // "bench" event.
 func bench(args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
-	prefix := fs.String("prefix", "", "lock prefix (the mutex keys live under prefix/)")
-	iterations := fs.Int("iterations", 0, "number of measured iterations per phase")
-	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
-	settleMs := fs.Int("settle-ms", 0, "extra wait after the waiter queued, before A unlocks")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *prefix == "" || *iterations <= 0 {
-		return errors.New("bench needs --prefix and --iterations > 0")
-	}
-	cli, sa, err := connectSession(*endpoints, *ttl)
+	f := newMode("bench", lockHelp, 60)
+	iterations := f.Int("iterations", 0, "number of measured iterations per phase")
+	settleMs := f.Int("settle-ms", 0, "extra wait after the waiter queued, before A unlocks")
+	c, err := f.open(args, "bench needs --prefix and --iterations > 0", func() bool { return *iterations > 0 })
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	defer sa.Close()
-	sb, err := newSession(cli, *ttl)
+	defer c.Close()
+	cli, sa, prefix := c.cli, c.s, f.prefix
+	sb, err := newSession(cli, *f.ttl)
 	if err != nil {
 		return err
 	}
@@ -41,15 +30,11 @@ func bench(args []string) error {
 
 	unc := make([]time.Duration, 0, *iterations)
 	for i := 0; i < *iterations; i++ {
-		m := concurrency.NewMutex(sa, *prefix)
-		t0 := time.Now()
-		if err := lock(m); err != nil {
+		d, err := cycle(sa, *prefix)
+		if err != nil {
 			return err
 		}
-		if err := unlock(m); err != nil {
-			return err
-		}
-		unc = append(unc, time.Since(t0))
+		unc = append(unc, d)
 	}
 
 	type result struct {

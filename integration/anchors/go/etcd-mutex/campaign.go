@@ -9,8 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"math/rand"
 	"time"
 
@@ -20,21 +18,13 @@ import (
 )
 
 func runCampaign(args []string) error {
-	fs := flag.NewFlagSet("campaign", flag.ContinueOnError)
-	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
-	prefix := fs.String("prefix", "", "the Rust source's prefix (its URL's path)")
-	resource := fs.String("lock", "", "the lock, a resource name")
-	ttl := fs.Int("ttl", 2, "session lease TTL in seconds")
-	seed := fs.Int64("seed", 1, "seed of the hold times")
-	longHoldMs := fs.Int("long-hold-ms", 3000, "the longest hold")
-	longPercent := fs.Int("long-percent", 5, "share of holds (percent) from 1 s up")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *prefix == "" || *resource == "" {
-		return errors.New("campaign needs --prefix and --lock")
-	}
-	cli, err := connect(*endpoints)
+	f := newMode("campaign", "the Rust source's prefix (its URL's path)", 2)
+	resource := f.String("lock", "", "the lock, a resource name")
+	seed := f.Int64("seed", 1, "seed of the hold times")
+	longHoldMs := f.Int("long-hold-ms", 3000, "the longest hold")
+	longPercent := f.Int("long-percent", 5, "share of holds (percent) from 1 s up")
+	prefix, ttl := f.prefix, f.ttl
+	cli, err := f.client(args, "campaign needs --prefix and --lock", func() bool { return *resource != "" })
 	if err != nil {
 		return err
 	}
@@ -85,12 +75,11 @@ func holdOnce(a *lineproto.Anchor, cli *clientv3.Client, s *concurrency.Session,
 		time.Sleep(50 * time.Millisecond)
 		return
 	}
-	kr, err := get(cli, m.Key())
-	if err != nil || len(kr.Kvs) != 1 {
+	token, err := ownToken(cli, m)
+	if err != nil {
 		_ = unlock(m)
 		return
 	}
-	token := kr.Kvs[0].CreateRevision
 	a.Send("grant", map[string]any{"token": token})
 	until := time.Now().Add(hold)
 	for time.Now().Before(until) && !a.Stopping() {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"time"
@@ -17,43 +15,28 @@ import (
 // read-modify-write: one "held" event per round (the token and the value
 // read), then "done".
 func contend(args []string) error {
-	fs := flag.NewFlagSet("contend", flag.ContinueOnError)
-	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
-	prefix := fs.String("prefix", "", "lock prefix (the mutex keys live under prefix/)")
-	counter := fs.String("counter", "", "key of the shared counter")
-	rounds := fs.Int("rounds", 0, "number of lock rounds")
-	ttl := fs.Int("ttl", 5, "session lease TTL in seconds")
-	holdMs := fs.Int("hold-ms", 5, "sleep between reading and writing the counter")
-	fs.StringVar(&id, "id", id, "name reported in every event")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *prefix == "" || *counter == "" || *rounds <= 0 {
-		return errors.New("contend needs --prefix, --counter and --rounds > 0")
-	}
-	cli, s, err := connectSession(*endpoints, *ttl)
+	f := newMode("contend", lockHelp, 5)
+	counter := f.String("counter", "", "key of the shared counter")
+	rounds := f.Int("rounds", 0, "number of lock rounds")
+	holdMs := f.Int("hold-ms", 5, "sleep between reading and writing the counter")
+	f.StringVar(&id, "id", id, "name reported in every event")
+	needs := "contend needs --prefix, --counter and --rounds > 0"
+	c, err := f.open(args, needs, func() bool { return *counter != "" && *rounds > 0 })
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	defer s.Close()
+	defer c.Close()
+	cli := c.cli
 
 	for i := 0; i < *rounds; i++ {
-		m := concurrency.NewMutex(s, *prefix)
+		m := concurrency.NewMutex(c.s, *f.prefix)
 		if err := lock(m); err != nil {
 			return err
 		}
-		// The fencing token is our key's create revision (the order Mutex
-		// grants in); m.Header().Revision is only the store revision at the
-		// moment Lock returned.
-		kr, err := get(cli, m.Key())
+		token, err := ownToken(cli, m)
 		if err != nil {
-			return fmt.Errorf("get own key: %w", err)
+			return err
 		}
-		if len(kr.Kvs) != 1 {
-			return fmt.Errorf("own key %q missing after Lock (session expired?)", m.Key())
-		}
-		token := kr.Kvs[0].CreateRevision
 
 		// Deliberately non-atomic read-modify-write: only the lock keeps the
 		// counter consistent, which is what the test checks.

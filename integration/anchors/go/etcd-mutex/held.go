@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -24,26 +22,18 @@ import (
 // wall time since it started, both in µs; any other line releases them all,
 // --release-in-flight at a time, and memory is reported again.
 func held(args []string) error {
-	fs := flag.NewFlagSet("held", flag.ContinueOnError)
-	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
-	prefix := fs.String("prefix", "", "lock prefix")
-	count := fs.Int("count", 0, "how many locks to hold at once")
-	inFlight := fs.Int("in-flight", 64, "acquires in flight at once")
-	releaseInFlight := fs.Int("release-in-flight", 1, "releases in flight at once")
-	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *prefix == "" || *count <= 0 || *inFlight <= 0 || *releaseInFlight <= 0 {
-		return errors.New("held needs --prefix, --count > 0, --in-flight > 0 and --release-in-flight > 0")
-	}
+	f := newMode("held", "lock prefix (the locks are prefix/lock-I)", 60)
+	count := f.Int("count", 0, "how many locks to hold at once")
+	inFlight := f.Int("in-flight", 64, "acquires in flight at once")
+	releaseInFlight := f.Int("release-in-flight", 1, "releases in flight at once")
+	needs := "held needs --prefix, --count > 0, --in-flight > 0 and --release-in-flight > 0"
 	started := time.Now()
-	cli, s, err := connectSession(*endpoints, *ttl)
+	c, err := f.open(args, needs, func() bool { return *count > 0 && *inFlight > 0 && *releaseInFlight > 0 })
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	defer s.Close()
+	defer c.Close()
+	s, prefix := c.s, f.prefix
 	lineproto.Emit(map[string]any{"event": "connected"})
 	before := rssKB()
 	mutexes := make([]*concurrency.Mutex, *count)

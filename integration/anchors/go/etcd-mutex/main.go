@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -38,32 +39,83 @@ func fail(err error) {
 	os.Exit(1)
 }
 
+// modes are the subcommands, each in the file of its name.
+var modes = map[string]func(args []string) error{"contend": contend, "bench": bench, "held": held,
+	"hold": hold, "cycles": cycles, "waiters": waiters, "campaign": runCampaign}
+
+const modeNames = "contend, bench, held, hold, cycles, waiters or campaign"
+
 func main() {
 	if len(os.Args) < 2 {
 		fail(errors.New("usage: etcd-mutex contend|bench|held|hold|cycles|waiters|campaign [flags]"))
 	}
-	var err error
-	switch os.Args[1] {
-	case "contend":
-		err = contend(os.Args[2:])
-	case "bench":
-		err = bench(os.Args[2:])
-	case "held":
-		err = held(os.Args[2:])
-	case "hold":
-		err = hold(os.Args[2:])
-	case "cycles":
-		err = cycles(os.Args[2:])
-	case "waiters":
-		err = waiters(os.Args[2:])
-	case "campaign":
-		err = runCampaign(os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown subcommand %q (want contend, bench, held, hold, cycles, waiters or campaign)", os.Args[1])
+	run, ok := modes[os.Args[1]]
+	if !ok {
+		fail(fmt.Errorf("unknown subcommand %q (want %s)", os.Args[1], modeNames))
 	}
-	if err != nil {
+	if err := run(os.Args[2:]); err != nil {
 		fail(err)
 	}
+}
+
+// lockHelp describes --prefix where it names one lock.
+const lockHelp = "the lock (its keys live under prefix/)"
+
+// mode is a subcommand's flag set, begun with the flags every mode takes:
+// where etcd is, the lock prefix and the session TTL.
+type mode struct {
+	*flag.FlagSet
+	endpoints, prefix *string
+	ttl               *int
+}
+
+func newMode(name, prefixHelp string, ttl int) mode {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return mode{
+		FlagSet:   fs,
+		endpoints: fs.String("endpoints", "", "comma-separated host:port list"),
+		prefix:    fs.String("prefix", "", prefixHelp),
+		ttl:       fs.Int("ttl", ttl, "session lease TTL in seconds"),
+	}
+}
+
+// client parses args and connects to --endpoints. A mode without --prefix,
+// or whose own flags fail ok, is refused with needs, the sentence that says
+// what the mode needs.
+func (m mode) client(args []string, needs string, ok func() bool) (*clientv3.Client, error) {
+	if err := m.Parse(args); err != nil {
+		return nil, err
+	}
+	if *m.prefix == "" || !ok() {
+		return nil, errors.New(needs)
+	}
+	return connect(*m.endpoints)
+}
+
+// conn is a client with one session of its own.
+type conn struct {
+	cli *clientv3.Client
+	s   *concurrency.Session
+}
+
+func (c conn) Close() {
+	c.s.Close()
+	c.cli.Close()
+}
+
+// open parses args and connects as client does, and starts a session of
+// --ttl; on error nothing is left open.
+func (m mode) open(args []string, needs string, ok func() bool) (conn, error) {
+	cli, err := m.client(args, needs, ok)
+	if err != nil {
+		return conn{}, err
+	}
+	s, err := newSession(cli, *m.ttl)
+	if err != nil {
+		cli.Close()
+		return conn{}, err
+	}
+	return conn{cli, s}, nil
 }
 
 func connect(endpoints string) (*clientv3.Client, error) {
@@ -93,21 +145,6 @@ func newSession(cli *clientv3.Client, ttl int) (*concurrency.Session, error) {
 	return concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(ttl))
 }
 
-// connectSession connects and starts one session; on error nothing is left
-// open.
-func connectSession(endpoints string, ttl int) (*clientv3.Client, *concurrency.Session, error) {
-	cli, err := connect(endpoints)
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := newSession(cli, ttl)
-	if err != nil {
-		cli.Close()
-		return nil, nil, err
-	}
-	return cli, s, nil
-}
-
 func lock(m *concurrency.Mutex) error {
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
@@ -124,6 +161,33 @@ func unlock(m *concurrency.Mutex) error {
 		return fmt.Errorf("unlock: %w", err)
 	}
 	return nil
+}
+
+// ownToken is the fencing token of a held Mutex: its key's create revision
+// (the order Mutex grants in); m.Header().Revision is only the store
+// revision at the moment Lock returned.
+func ownToken(cli *clientv3.Client, m *concurrency.Mutex) (int64, error) {
+	kr, err := get(cli, m.Key())
+	if err != nil {
+		return 0, fmt.Errorf("get own key: %w", err)
+	}
+	if len(kr.Kvs) != 1 {
+		return 0, fmt.Errorf("own key %q missing after Lock (session expired?)", m.Key())
+	}
+	return kr.Kvs[0].CreateRevision, nil
+}
+
+// cycle times one uncontended Lock+Unlock on s.
+func cycle(s *concurrency.Session, prefix string) (time.Duration, error) {
+	m := concurrency.NewMutex(s, prefix)
+	t0 := time.Now()
+	if err := lock(m); err != nil {
+		return 0, err
+	}
+	if err := unlock(m); err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
 }
 
 func get(cli *clientv3.Client, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {

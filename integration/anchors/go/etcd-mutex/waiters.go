@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -19,18 +17,10 @@ import (
 // when each grant happened, in µs after the holder's release was sent, and
 // closes its sessions on the next stdin line.
 func waiters(args []string) error {
-	fs := flag.NewFlagSet("waiters", flag.ContinueOnError)
-	endpoints := fs.String("endpoints", "", "comma-separated host:port list")
-	prefix := fs.String("prefix", "", "the lock (its keys live under prefix/)")
-	count := fs.Int("count", 0, "how many waiters")
-	ttl := fs.Int("ttl", 60, "session lease TTL in seconds")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *prefix == "" || *count <= 0 {
-		return errors.New("waiters needs --prefix and --count > 0")
-	}
-	cli, err := connect(*endpoints)
+	f := newMode("waiters", lockHelp, 60)
+	count := f.Int("count", 0, "how many waiters")
+	prefix, ttl := f.prefix, f.ttl
+	cli, err := f.client(args, "waiters needs --prefix and --count > 0", func() bool { return *count > 0 })
 	if err != nil {
 		return err
 	}
