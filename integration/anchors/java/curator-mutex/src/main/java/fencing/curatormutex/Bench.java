@@ -38,11 +38,7 @@ final class Bench {
         }
         long[] unc = new long[iterations];
         long[] hand = new long[iterations];
-        ExecutorService waiter = Executors.newSingleThreadExecutor(r -> {
-            Thread t = new Thread(r, "bench-waiter");
-            t.setDaemon(true);
-            return t;
-        });
+        ExecutorService waiter = Executors.newSingleThreadExecutor(Zk.daemonThreads("bench-waiter"));
         try (CuratorFramework a = Zk.connect(f.get("connect"), sessionTimeoutMs);
              CuratorFramework b = Zk.connect(f.get("connect"), sessionTimeoutMs)) {
             InterProcessMutex ma = new InterProcessMutex(a, path);

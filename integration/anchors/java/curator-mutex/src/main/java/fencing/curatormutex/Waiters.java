@@ -50,11 +50,7 @@ final class Waiters {
             throw new Failure("waiters needs --connect, --path and --count > 0 (--warmup >= 0)");
         }
         List<CuratorFramework> clients = new ArrayList<>(count + 1);
-        ExecutorService pool = Executors.newFixedThreadPool(count, r -> {
-            Thread t = new Thread(r, "waiter");
-            t.setDaemon(true);
-            return t;
-        });
+        ExecutorService pool = Executors.newFixedThreadPool(count, Zk.daemonThreads("waiter"));
         try {
             for (int i = 0; i <= count; i++) {
                 clients.add(Zk.connect(f.get("connect"), sessionTimeoutMs));
@@ -109,15 +105,7 @@ final class Waiters {
         List<Future<Long>> grants = new ArrayList<>(count);
         for (InterProcessMutex m : mutexes.subList(1, mutexes.size())) {
             grants.add(pool.submit(() -> {
-                boolean ok;
-                try {
-                    ok = m.acquire(WAITER_TIMEOUT_S, TimeUnit.SECONDS);
-                } catch (Exception e) {
-                    throw new Failure("waiter acquire " + path, e);
-                }
-                if (!ok) {
-                    throw new Failure("waiter acquire " + path + ": not granted within " + WAITER_TIMEOUT_S + " s");
-                }
+                Zk.acquire(m, path, WAITER_TIMEOUT_S, "waiter acquire");
                 long at = System.nanoTime();
                 Zk.release(m, path);
                 return at;

@@ -4,6 +4,7 @@
 package fencing.curatormutex;
 
 import java.util.List;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
@@ -67,15 +68,29 @@ final class Zk {
     }
 
     static void acquire(InterProcessMutex m, String path) throws Exception {
+        acquire(m, path, LOCK_TIMEOUT_S, "acquire");
+    }
+
+    /** Acquires within timeoutS; a failure names what (the caller's kind of acquire) and path. */
+    static void acquire(InterProcessMutex m, String path, long timeoutS, String what) throws Exception {
         boolean ok;
         try {
-            ok = m.acquire(LOCK_TIMEOUT_S, TimeUnit.SECONDS);
+            ok = m.acquire(timeoutS, TimeUnit.SECONDS);
         } catch (Exception e) {
-            throw new Failure("acquire " + path, e);
+            throw new Failure(what + " " + path, e);
         }
         if (!ok) {
-            throw new Failure("acquire " + path + ": not granted within " + LOCK_TIMEOUT_S + " s");
+            throw new Failure(what + " " + path + ": not granted within " + timeoutS + " s");
         }
+    }
+
+    /** Threads named name that do not keep the JVM alive. */
+    static ThreadFactory daemonThreads(String name) {
+        return r -> {
+            Thread t = new Thread(r, name);
+            t.setDaemon(true);
+            return t;
+        };
     }
 
     static void release(InterProcessMutex m, String path) throws Exception {
