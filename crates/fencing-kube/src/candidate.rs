@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::client::bounded;
+use crate::client::Scope;
 use crate::error::{Call, Failure};
 use crate::record::micro_time;
 
@@ -128,39 +128,24 @@ pub(crate) fn check_identity(holder: &str) -> Result<()> {
 #[derive(Clone)]
 pub(crate) struct Candidates {
     api: Api<LeaseCandidate>,
-    namespace: Arc<str>,
-    server: Arc<str>,
-    limit: Duration,
+    scope: Scope,
 }
 
 impl Candidates {
-    pub(crate) fn new(
-        client: kube::Client,
-        namespace: &str,
-        server: &str,
-        limit: Duration,
-    ) -> Self {
+    pub(crate) fn new(client: kube::Client, scope: Scope) -> Self {
         Candidates {
-            api: Api::namespaced(client, namespace),
-            namespace: namespace.into(),
-            server: server.into(),
-            limit,
+            api: Api::namespaced(client, &scope.namespace),
+            scope,
         }
     }
 
     fn call<'a>(&'a self, verb: &'static str, name: &'a str) -> Call<'a> {
-        Call {
-            verb,
-            kind: "LeaseCandidate",
-            namespace: &self.namespace,
-            name,
-            server: &self.server,
-        }
+        self.scope.call("LeaseCandidate", verb, name)
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseCandidate>> {
         let call = self.call("get", name);
-        match bounded(self.limit, call, self.api.get(name)).await {
+        match self.scope.run(call, self.api.get(name)).await {
             Ok(c) => Ok(Some(c)),
             Err(Failure::NotFound) => Ok(None),
             Err(f) => Err(f.into_error(call)),
@@ -178,7 +163,7 @@ impl Candidates {
             },
             spec: Some(spec.clone()),
         };
-        match bounded(self.limit, call, self.api.create(&PostParams::default(), &fresh)).await {
+        match self.scope.run(call, self.api.create(&PostParams::default(), &fresh)).await {
             Ok(_) => Ok(()),
             Err(Failure::Conflict) => {
                 let Some(mut old) = self.get(name).await? else {
@@ -197,24 +182,22 @@ impl Candidates {
     async fn replace(&self, candidate: &LeaseCandidate) -> Result<()> {
         let name = candidate.metadata.name.as_deref().unwrap_or_default();
         let call = self.call("update", name);
-        bounded(
-            self.limit,
-            call,
-            self.api.replace(name, &PostParams::default(), candidate),
-        )
-        .await
-        .map(drop)
-        .map_err(|f| f.into_error(call))
+        self.scope
+            .run(
+                call,
+                self.api.replace(name, &PostParams::default(), candidate),
+            )
+            .await
+            .map(drop)
+            .map_err(|f| f.into_error(call))
     }
 
     async fn delete(&self, name: &str) -> Result<()> {
         let call = self.call("delete", name);
-        match bounded(
-            self.limit,
-            call,
-            self.api.delete(name, &DeleteParams::default()),
-        )
-        .await
+        match self
+            .scope
+            .run(call, self.api.delete(name, &DeleteParams::default()))
+            .await
         {
             Ok(_) | Err(Failure::NotFound) => Ok(()),
             Err(f) => Err(f.into_error(call)),

@@ -45,7 +45,7 @@ pub(crate) async fn client_config(cfg: &KubeLeaseConfig) -> Result<kube::Config>
         })?,
     };
     let limit = cfg.options.request_timeout;
-    // Whole calls are bounded in `Leases::run`; this only makes a dead
+    // Whole calls are bounded in `Scope::run`; this only makes a dead
     // address fail fast instead of at the OS's connect timeout.
     config.connect_timeout = Some(limit);
     // Every request here is a precondition-guarded write or a read that the
@@ -55,69 +55,95 @@ pub(crate) async fn client_config(cfg: &KubeLeaseConfig) -> Result<kube::Config>
     Ok(config)
 }
 
-/// Lease calls in one namespace, each bounded by the request timeout.
+/// Where the calls of one source go: the namespace and server their errors
+/// name, and the time limit of each call. Lease and LeaseCandidate calls
+/// share it.
 #[derive(Clone)]
-pub(crate) struct Leases {
-    client: kube::Client,
-    api: Api<Lease>,
-    namespace: Arc<str>,
-    server: Arc<str>,
-    limit: Duration,
+pub(crate) struct Scope {
+    pub(crate) namespace: Arc<str>,
+    pub(crate) server: Arc<str>,
+    pub(crate) limit: Duration,
 }
 
-impl Leases {
-    pub(crate) fn new(
-        client: kube::Client,
-        namespace: &str,
-        server: &str,
-        limit: Duration,
-    ) -> Self {
-        Leases {
-            api: Api::namespaced(client.clone(), namespace),
-            client,
+impl Scope {
+    pub(crate) fn new(namespace: &str, server: &str, limit: Duration) -> Self {
+        Scope {
             namespace: namespace.into(),
             server: server.into(),
             limit,
         }
     }
 
-    pub(crate) fn call<'a>(&'a self, verb: &'static str, name: &'a str) -> Call<'a> {
+    /// A call of `verb` on the `kind` object `name`, as its errors name it.
+    pub(crate) fn call<'a>(
+        &'a self,
+        kind: &'static str,
+        verb: &'static str,
+        name: &'a str,
+    ) -> Call<'a> {
         Call {
             verb,
-            kind: "Lease",
+            kind,
             namespace: &self.namespace,
             name,
             server: &self.server,
         }
     }
 
-    pub(crate) fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    pub(crate) fn server(&self) -> &str {
-        &self.server
-    }
-
-    /// The limit of each call.
-    pub(crate) fn limit(&self) -> Duration {
-        self.limit
-    }
-
-    /// A copy whose calls are bounded by `limit` instead.
-    pub(crate) fn with_limit(&self, limit: Duration) -> Self {
-        Leases {
-            limit,
-            ..self.clone()
-        }
-    }
-
-    async fn run<T>(
+    /// One apiserver call, `fut`, under the limit; its error sorted by
+    /// [`classify`].
+    pub(crate) async fn run<T>(
         &self,
         call: Call<'_>,
         fut: impl Future<Output = kube::Result<T>>,
     ) -> std::result::Result<T, Failure> {
-        bounded(self.limit, call, fut).await
+        match tokio::time::timeout(self.limit, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(call, e, self.limit)),
+            Err(_) => Err(Failure::Other(timed_out(call, self.limit))),
+        }
+    }
+}
+
+/// Lease calls in one namespace, each bounded by the request timeout.
+#[derive(Clone)]
+pub(crate) struct Leases {
+    client: kube::Client,
+    api: Api<Lease>,
+    scope: Scope,
+}
+
+impl Leases {
+    pub(crate) fn new(client: kube::Client, scope: Scope) -> Self {
+        Leases {
+            api: Api::namespaced(client.clone(), &scope.namespace),
+            client,
+            scope,
+        }
+    }
+
+    pub(crate) fn call<'a>(&'a self, verb: &'static str, name: &'a str) -> Call<'a> {
+        self.scope.call("Lease", verb, name)
+    }
+
+    pub(crate) fn namespace(&self) -> &str {
+        &self.scope.namespace
+    }
+
+    pub(crate) fn server(&self) -> &str {
+        &self.scope.server
+    }
+
+    /// The limit of each call.
+    pub(crate) fn limit(&self) -> Duration {
+        self.scope.limit
+    }
+
+    /// A copy whose calls are bounded by `limit` instead.
+    pub(crate) fn with_limit(&self, limit: Duration) -> Self {
+        let mut copy = self.clone();
+        copy.scope.limit = limit;
+        copy
     }
 
     /// The underlying client.
@@ -128,14 +154,11 @@ impl Leases {
     /// Checks that the apiserver answers and accepts our credentials
     /// (`GET /version`, which every authenticated user may read).
     pub(crate) async fn probe(&self) -> Result<()> {
-        let call = Call {
-            verb: "reach the apiserver (GET /version)",
-            kind: "",
-            namespace: &self.namespace,
-            name: "",
-            server: &self.server,
-        };
-        self.run(call, self.client.apiserver_version())
+        let call = self
+            .scope
+            .call("", "reach the apiserver (GET /version)", "");
+        self.scope
+            .run(call, self.client.apiserver_version())
             .await
             .map(drop)
             .map_err(|f| f.into_error(call))
@@ -144,7 +167,7 @@ impl Leases {
     /// The Lease, or `None` when it does not exist.
     pub(crate) async fn get(&self, name: &str) -> Result<Option<Lease>> {
         let call = self.call("get", name);
-        match self.run(call, self.api.get(name)).await {
+        match self.scope.run(call, self.api.get(name)).await {
             Ok(l) => Ok(Some(l)),
             Err(Failure::NotFound) => Ok(None),
             Err(f) => Err(f.into_error(call)),
@@ -156,12 +179,13 @@ impl Leases {
         let name = lease.metadata.name.as_deref().unwrap_or_default();
         let call = self.call("create", name);
         match self
+            .scope
             .run(call, self.api.create(&PostParams::default(), lease))
             .await
         {
             Err(Failure::NotFound) => Err(Failure::Other(Error::Config(format!(
                 "namespace {:?} does not exist on {} (create Lease {name:?} answered 404)",
-                self.namespace, self.server
+                self.scope.namespace, self.scope.server
             )))),
             other => other,
         }
@@ -172,20 +196,8 @@ impl Leases {
     pub(crate) async fn replace(&self, lease: &Lease) -> std::result::Result<Lease, Failure> {
         let name = lease.metadata.name.as_deref().unwrap_or_default();
         let call = self.call("update", name);
-        self.run(call, self.api.replace(name, &PostParams::default(), lease))
+        self.scope
+            .run(call, self.api.replace(name, &PostParams::default(), lease))
             .await
-    }
-}
-
-/// One apiserver call under `limit`, its error sorted by [`classify`].
-pub(crate) async fn bounded<T>(
-    limit: Duration,
-    call: Call<'_>,
-    fut: impl Future<Output = kube::Result<T>>,
-) -> std::result::Result<T, Failure> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(classify(call, e, limit)),
-        Err(_) => Err(Failure::Other(timed_out(call, limit))),
     }
 }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::candidate::{check_identity, Candidacy, Candidate, Candidates};
-use crate::client::{client_config, Leases};
+use crate::client::{client_config, Leases, Scope};
 use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
@@ -123,15 +123,11 @@ impl KubeLeaseSource {
         server: &str,
     ) -> Result<Self> {
         let cluster = options.cluster.clone().unwrap_or_else(|| server.to_owned());
+        let scope = Scope::new(namespace, server, options.request_timeout);
         Ok(KubeLeaseSource {
             inner: Arc::new(Inner {
-                candidates: Candidates::new(
-                    client.clone(),
-                    namespace,
-                    server,
-                    options.request_timeout,
-                ),
-                leases: Leases::new(client, namespace, server, options.request_timeout),
+                candidates: Candidates::new(client.clone(), scope.clone()),
+                leases: Leases::new(client, scope),
                 identity: SourceId::new(format!("kube:{cluster}/{namespace}")),
                 options,
                 holder: default_holder_identity(),
@@ -192,31 +188,32 @@ impl KubeLeaseSource {
                     .into(),
             ));
         }
-        if let Some(candidacy) = &self.inner.options.coordinated {
-            return self
-                .take_coordinated(resource, name, holder, candidacy, timings, wait)
-                .await;
-        }
+        // Coordinated leader election: our candidacy is published for the
+        // whole wait; see [`LeaseOptions::coordinated`](crate::LeaseOptions::coordinated).
+        let candidate = match &self.inner.options.coordinated {
+            Some(candidacy) => Some(
+                self.join_as_candidate(name, holder, candidacy, timings)
+                    .await?,
+            ),
+            None => None,
+        };
         // Whether this wait has already been allowed to read the Lease.
         let mut read_before = false;
         loop {
-            match self
-                .attempt(
-                    resource,
-                    name,
-                    holder,
-                    timings,
-                    read_before,
-                    opts.lock_delay.unwrap_or_default(),
-                )
-                .await
-            {
-                Ok(None) if wait => read_before = true,
-                outcome => {
-                    if let Some(done) = settle(outcome, wait, name) {
-                        return done;
-                    }
+            let outcome = match &candidate {
+                Some(candidate) => {
+                    self.attempt_coordinated(candidate, resource, name, holder, timings)
+                        .await
                 }
+                None => {
+                    let lock_delay = opts.lock_delay.unwrap_or_default();
+                    self.attempt(resource, name, holder, timings, read_before, lock_delay)
+                        .await
+                }
+            };
+            read_before |= matches!(outcome, Ok(None));
+            if let Some(done) = settle(outcome, wait, name) {
+                return done;
             }
             // client-go's acquire loop: JitterUntil(RetryPeriod, JitterFactor).
             tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
@@ -253,6 +250,7 @@ impl KubeLeaseSource {
         let now = Instant::now();
         let view = read.as_ref().map(LeaseView::of);
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
+        let seconds = lease_seconds(&timings);
         let (lease, create) = match (decide(view.as_ref(), observed_at, now, lock_delay)?, read) {
             (Decision::Held { .. }, _) => return Ok(None),
             (Decision::Managed { strategy }, _) => {
@@ -267,17 +265,11 @@ impl KubeLeaseSource {
                 })
             }
             (Decision::Create, _) => {
-                let lease = new_lease(name, holder, lease_seconds(&timings), SystemTime::now());
+                let lease = new_lease(name, holder, seconds, SystemTime::now());
                 (lease, true)
             }
             (Decision::Take { transitions }, Some(read)) => {
-                let lease = taken_lease(
-                    read,
-                    holder,
-                    lease_seconds(&timings),
-                    transitions,
-                    SystemTime::now(),
-                );
+                let lease = taken_lease(read, holder, seconds, transitions, SystemTime::now());
                 (lease, false)
             }
             (Decision::Take { .. }, None) => {
@@ -291,20 +283,16 @@ impl KubeLeaseSource {
             .await
     }
 
-    /// Coordinated leader election: publish our candidacy, then look every
-    /// retry period for the controller naming us; see
-    /// [`LeaseOptions::coordinated`](crate::LeaseOptions::coordinated).
-    async fn take_coordinated(
+    /// Publishes our candidacy for the Lease `name`.
+    async fn join_as_candidate(
         &self,
-        resource: &ResourceName,
         name: &str,
         holder: &str,
         candidacy: &Candidacy,
         timings: LeaderTimings,
-        wait: bool,
-    ) -> Result<Option<Grant>> {
+    ) -> Result<Candidate> {
         check_identity(holder)?;
-        let candidate = Candidate::join(
+        Candidate::join(
             &self.inner.candidates,
             name,
             holder,
@@ -312,43 +300,29 @@ impl KubeLeaseSource {
             timings.retry_period,
             &self.inner.background,
         )
-        .await?;
-        loop {
-            let outcome = self
-                .attempt_coordinated(resource, name, holder, timings, &candidate)
-                .await;
-            if let Some(done) = settle(outcome, wait, name) {
-                return done;
-            }
-            tokio::time::sleep(jittered(timings.retry_period, JITTER_FACTOR)).await;
-        }
+        .await
     }
 
     /// One read and, if the controller named us, our first renewal.
     async fn attempt_coordinated(
         &self,
+        candidate: &Candidate,
         resource: &ResourceName,
         name: &str,
         holder: &str,
         timings: LeaderTimings,
-        candidate: &Candidate,
     ) -> Result<Option<Grant>> {
         let read = self.inner.leases.get(name).await?;
         let now = Instant::now();
         let view = read.as_ref().map(LeaseView::of);
         let observed_at = self.observed_at(name, view.as_ref().map(|v| v.rv.as_str()), now);
+        let seconds = lease_seconds(&timings);
         match (
             decide_coordinated(view.as_ref(), holder, observed_at, now)?,
             read,
         ) {
             (Coordinated::Take { transitions }, Some(read)) => {
-                let lease = taken_lease(
-                    read,
-                    holder,
-                    lease_seconds(&timings),
-                    transitions,
-                    SystemTime::now(),
-                );
+                let lease = taken_lease(read, holder, seconds, transitions, SystemTime::now());
                 self.write_owned(resource, lease, false, timings, Some(candidate.clone()))
                     .await
             }

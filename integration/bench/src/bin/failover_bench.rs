@@ -235,7 +235,7 @@ impl Cluster {
             Cluster::Kube(f) => {
                 let t = LeaderTimings::scaled_to(ttl);
                 let id = format!("{lock}-{}", hold.as_millis());
-                let mut cmd = f.client_go_elector(&p.client_go, lock, &id);
+                let mut cmd = f.client_go_elector(&p.client_go, KubeUser::LeaseUser, lock, &id);
                 cmd.args(["--rounds", "1", "--hold", &format!("{}ms", ms(hold))])
                     .args(["--lease-duration", &format!("{}ms", ms(t.lease_duration))])
                     .args(["--renew-deadline", &format!("{}ms", ms(t.renew_deadline))])

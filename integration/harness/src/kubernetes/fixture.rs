@@ -145,21 +145,25 @@ impl KubeFixture {
         )
     }
 
-    /// A `client-go-elector` (`binary`) command as `lease-user` on the Lease
+    /// A `client-go-elector` (`binary`) command as `user` on the Lease
     /// `lease` with holder identity `id`; the caller adds the timings
     /// ([`client_go_timing_flags`] or its own) and the rounds.
-    pub fn client_go_elector(&self, binary: &Path, lease: &str, id: &str) -> std::process::Command {
+    pub fn client_go_elector(
+        &self,
+        binary: &Path,
+        user: KubeUser,
+        lease: &str,
+        id: &str,
+    ) -> std::process::Command {
         let mut cmd = std::process::Command::new(binary);
-        cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig(KubeUser::LeaseUser))
-            .args([
-                "--namespace",
-                self.namespace,
-                "--name",
-                lease,
-                "--identity",
-                id,
-            ]);
+        cmd.arg("--kubeconfig").arg(self.kubeconfig(user)).args([
+            "--namespace",
+            self.namespace,
+            "--name",
+            lease,
+            "--identity",
+            id,
+        ]);
         cmd
     }
 

@@ -111,7 +111,7 @@ async fn rust_latency(f: &KubeFixture, n: usize) -> Result<(Stats, Stats, Stats)
 
 /// A client-go elector with the test timings (lease 3 s, renew 2 s, retry 0.5 s).
 fn elector(f: &KubeFixture, binary: &std::path::Path, lease: &str, id: &str) -> Command {
-    let mut cmd = f.client_go_elector(binary, lease, id);
+    let mut cmd = f.client_go_elector(binary, KubeUser::LeaseUser, lease, id);
     cmd.args(client_go_timing_flags());
     cmd
 }

@@ -197,17 +197,7 @@ pub(super) async fn client_go_and_ours_share_an_election(f: &KubeFixture) {
     const MIXED: &str = "coordinated-mixed";
     let binary = client_go_elector_binary().unwrap_or_else(|e| panic!("{e}"));
     let go = Reaped::spawn(
-        std::process::Command::new(&binary)
-            .arg("--kubeconfig")
-            .arg(f.kubeconfig(KubeUser::Admin))
-            .args([
-                "--namespace",
-                f.namespace(),
-                "--name",
-                MIXED,
-                "--identity",
-                "go-cand",
-            ])
+        f.client_go_elector(&binary, KubeUser::Admin, MIXED, "go-cand")
             .args(["--coordinated", "1.36.0", "--hold", "60s"])
             .args(client_go_timing_flags()),
     )

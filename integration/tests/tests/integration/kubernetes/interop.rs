@@ -148,17 +148,7 @@ async fn rust_and_client_go_alternate_on_one_lease() {
     let rust = f.source().await;
     let observer = f.source().await;
     let go = Reaped::spawn(
-        std::process::Command::new(&binary)
-            .arg("--kubeconfig")
-            .arg(f.kubeconfig(KubeUser::LeaseUser))
-            .args([
-                "--namespace",
-                f.namespace(),
-                "--name",
-                LEASE,
-                "--identity",
-                GO_ID,
-            ])
+        f.client_go_elector(&binary, KubeUser::LeaseUser, LEASE, GO_ID)
             .args(client_go_timing_flags())
             .args([
                 "--rounds",
@@ -341,11 +331,8 @@ async fn a_resumed_client_go_leader_clears_the_next_holders_lease_on_release() {
         let name = format!("resumed-{attempt}");
         let resource = ResourceName::new(&name).unwrap();
         let go = Reaped::spawn(
-            std::process::Command::new(&binary)
-                .arg("--kubeconfig")
-                .arg(f.kubeconfig(KubeUser::LeaseUser))
-                .args(["--namespace", f.namespace(), "--name", &name])
-                .args(["--identity", GO_ID, "--rounds", "1", "--hold", "500ms"])
+            f.client_go_elector(&binary, KubeUser::LeaseUser, &name, GO_ID)
+                .args(["--rounds", "1", "--hold", "500ms"])
                 .args(client_go_timing_flags()),
         )
         .expect("start client-go-elector");
