@@ -410,4 +410,6 @@ pub fn fault_spans(events: &[Event]) -> Vec<FaultSpan> {
 }
 
 #[cfg(test)]
+pub(crate) mod test_events;
+#[cfg(test)]
 mod tests;

@@ -158,6 +158,7 @@ mod tests {
                 &format!("c{}", k % 5),
                 k + 1,
                 WriteOutcome::Accepted,
+                at / MS + 1,
             ));
         }
         let report = check(&events);

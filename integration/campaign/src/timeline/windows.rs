@@ -139,7 +139,14 @@ mod tests {
             let at = k * 250 + if k >= 7200 { 5000 } else { 0 };
             let c = format!("c{}", k % 4);
             events.push(grant(at, &c, k + 1));
-            events.push(write(at + 10, at + 20, &c, k + 1, WriteOutcome::Accepted));
+            events.push(write(
+                at + 10,
+                at + 20,
+                &c,
+                k + 1,
+                WriteOutcome::Accepted,
+                at + 20,
+            ));
             let release = if k == 14_400 { at + 400 } else { at + 200 };
             events.push(ev(
                 release,

@@ -146,9 +146,16 @@ mod tests {
         let mut events = vec![grant(0, "c1", 1)];
         // 50,000 writes over 5 s: 10,000 px wide, about 5 writes a pixel.
         for k in 0..50_000u64 {
-            events.push(write(k / 10, k / 10 + 1, "c1", 1, WriteOutcome::Accepted));
+            events.push(write(
+                k / 10,
+                k / 10 + 1,
+                "c1",
+                1,
+                WriteOutcome::Accepted,
+                k,
+            ));
         }
-        events.push(write(4000, 4001, "c1", 1, WriteOutcome::Refused));
+        events.push(write(4000, 4001, "c1", 1, WriteOutcome::Refused, 4001));
         let report = check(&events);
         let html = render_html(&events, &report, "soak");
         let accepted = html.matches("class=\"write accepted\"").count();

@@ -38,15 +38,15 @@ fn a_lock_left_without_a_grant_after_a_heal_fails_liveness() {
 fn stuck_after_last_fault_fails_liveness() {
     let mut h = clean();
     h.fault(30, 40, "kill-member", "n2", 2);
-    h.start(41, "c2");
+    h.add(start(41, "c2"));
     let report = check(&h.0);
     assert_only_fails(&report, LIVENESS);
     let v = &report.property(LIVENESS).unwrap().violations;
     assert!(v[0].message.starts_with("stuck"), "{}", v[0].message);
     assert_eq!(report.figures.recovery_ms, None);
 
-    h.release(42, "c1", 3);
-    h.grant(45, "c2", 4);
+    h.add(release(42, "c1", 3));
+    h.add(grant(45, "c2", 4));
     let report = check(&h.0);
     assert!(report.passed(), "{report}");
     assert_eq!(report.figures.recovery_ms, Some(5.0));

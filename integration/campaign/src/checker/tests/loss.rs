@@ -74,10 +74,7 @@ fn paused_holder_is_exempt_unless_stale_write_accepted() {
 
     // The paused holder's stale write, sent at 14 ms after c2's write
     // with token 2 completed at 12 ms, is accepted by the gate.
-    let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
-        panic!()
-    };
-    *outcome = WriteOutcome::Accepted;
+    h.set_outcome(7, WriteOutcome::Accepted);
     let report = check(&h.0);
     let p = report.property(LOSS_BEFORE_NEXT_GRANT).unwrap();
     assert!(!p.passed, "{report}");
@@ -121,10 +118,7 @@ fn a_resumed_leaders_revoke_is_excused_only_where_the_server_has_that_bug() {
     }
     assert!(!run(&late.0, None, bugs).passed());
     // The excused holder's stale write is still checked.
-    let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
-        panic!()
-    };
-    *outcome = WriteOutcome::Accepted;
+    h.set_outcome(7, WriteOutcome::Accepted);
     assert!(!run(&h.0, None, bugs).passed());
 }
 
@@ -156,10 +150,7 @@ fn a_fast_candidate_is_the_documented_limit_only_on_kubernetes() {
     other.fault(5, 12, "clock-fast", "c3", 1);
     assert!(!run(&other.0, None, kube).passed());
     // The holder's stale write is still checked.
-    let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
-        panic!()
-    };
-    *outcome = WriteOutcome::Accepted;
+    h.set_outcome(7, WriteOutcome::Accepted);
     assert!(!run(&h.0, None, kube).passed());
 }
 
@@ -178,10 +169,7 @@ fn anchor_and_careless_holders_are_exempt_unless_stale_write_accepted() {
         let report = check(&h.0);
         assert!(report.passed(), "{report}");
         // Its stale write accepted after c2's newer one.
-        let EventKind::Write { outcome, .. } = &mut h.0[7].kind else {
-            panic!()
-        };
-        *outcome = WriteOutcome::Accepted;
+        h.set_outcome(7, WriteOutcome::Accepted);
         let report = check(&h.0);
         let p = report.property(LOSS_BEFORE_NEXT_GRANT).unwrap();
         assert_eq!(p.violations.len(), 1, "{report}");
@@ -201,13 +189,13 @@ fn anchor_and_careless_holders_are_exempt_unless_stale_write_accepted() {
 /// refused.
 fn cleared_by_client_go() -> H {
     let mut h = H::default();
-    h.grant(1, "clientgo1", 1);
-    h.grant(10, "c2", 2);
-    h.release(20, "clientgo1", 1);
-    h.grant(21, "clientgo1", 3);
-    h.write(22, 23, "clientgo1", 3, WriteOutcome::Accepted, 30);
-    h.write(24, 25, "c2", 2, WriteOutcome::Refused, 20);
-    h.lost(26, "c2", 2);
+    h.add(grant(1, "clientgo1", 1));
+    h.add(grant(10, "c2", 2));
+    h.add(release(20, "clientgo1", 1));
+    h.add(grant(21, "clientgo1", 3));
+    h.add(write(22, 23, "clientgo1", 3, WriteOutcome::Accepted, 30));
+    h.add(write(24, 25, "c2", 2, WriteOutcome::Refused, 20));
+    h.add(lost(26, "c2", 2, "lease expired"));
     h
 }
 
@@ -219,10 +207,7 @@ fn a_lease_cleared_by_client_go_release_excuses_its_holder() {
 
     // The gate accepting c2's stale write is still caught.
     let mut h = cleared_by_client_go();
-    let EventKind::Write { outcome, .. } = &mut h.0[5].kind else {
-        panic!()
-    };
-    *outcome = WriteOutcome::Accepted;
+    h.set_outcome(5, WriteOutcome::Accepted);
     let report = check(&h.0);
     let v = &report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().violations;
     assert!(

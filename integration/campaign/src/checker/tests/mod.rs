@@ -2,6 +2,9 @@
 //! whole-report cases; one file per property besides.
 
 use super::*;
+use crate::history::test_events::{
+    ev, fault_end, fault_start, grant, lost, release, start, write, MS,
+};
 use crate::history::{WriteOutcome, NEMESIS};
 
 mod durability;
@@ -10,90 +13,36 @@ mod loss;
 mod report;
 mod tokens;
 
-/// Builds histories tersely; times in ms.
+/// Builds histories of [`crate::history::test_events`]; `add` returns the
+/// event's index.
 #[derive(Default)]
 struct H(Vec<Event>);
 
-const MS: u64 = 1_000_000;
-
 impl H {
-    fn push(&mut self, at_ms: u64, client: &str, kind: EventKind) -> usize {
-        self.0.push(Event::new(at_ms * MS, client, kind));
+    fn add(&mut self, event: Event) -> usize {
+        self.0.push(event);
         self.0.len() - 1
     }
-    fn start(&mut self, at: u64, c: &str) -> usize {
-        self.push(
-            at,
-            c,
-            EventKind::AcquireStart {
-                resource: "r".into(),
-            },
-        )
+    fn push(&mut self, at: u64, client: &str, kind: EventKind) -> usize {
+        self.add(ev(at, client, kind))
     }
-    fn grant(&mut self, at: u64, c: &str, token: u64) -> usize {
-        self.push(
-            at,
-            c,
-            EventKind::Grant {
-                resource: "r".into(),
-                token,
-            },
-        )
+    /// The write at `i` gets `outcome`.
+    fn set_outcome(&mut self, i: usize, outcome: WriteOutcome) {
+        match &mut self.0[i].kind {
+            EventKind::Write { outcome: o, .. } => *o = outcome,
+            other => panic!("event {i} is no write: {other:?}"),
+        }
     }
-    fn lost(&mut self, at: u64, c: &str, token: u64) -> usize {
-        self.push(
-            at,
-            c,
-            EventKind::Lost {
-                resource: "r".into(),
-                token,
-                reason: "lease expired".into(),
-            },
-        )
-    }
-    fn release(&mut self, at: u64, c: &str, token: u64) -> usize {
-        self.push(
-            at,
-            c,
-            EventKind::Release {
-                resource: "r".into(),
-                token,
-            },
-        )
-    }
-    fn write(
-        &mut self,
-        sent: u64,
-        at: u64,
-        c: &str,
-        token: u64,
-        outcome: WriteOutcome,
-        value: u64,
-    ) -> usize {
-        self.push(
-            at,
-            c,
-            EventKind::Write {
-                resource: "r".into(),
-                token,
-                gate: "g".into(),
-                start_ns: sent * MS,
-                outcome,
-                value,
-            },
-        )
+    /// The grant or write at `i` gets `token`.
+    fn set_token(&mut self, i: usize, token: u64) {
+        match &mut self.0[i].kind {
+            EventKind::Grant { token: t, .. } | EventKind::Write { token: t, .. } => *t = token,
+            other => panic!("event {i} is neither grant nor write: {other:?}"),
+        }
     }
     fn fault(&mut self, from: u64, to: u64, fault: &str, target: &str, id: u64) {
-        self.push(
-            from,
-            NEMESIS,
-            EventKind::FaultStart {
-                fault: fault.into(),
-                target: target.into(),
-                id,
-            },
-        );
-        self.push(to, NEMESIS, EventKind::FaultEnd { id });
+        self.add(fault_start(from, fault, target, id));
+        self.add(fault_end(to, id));
     }
 }
 
@@ -101,20 +50,20 @@ impl H {
 /// released, writes; a partition comes and goes; c1 gets 3.
 fn clean() -> H {
     let mut h = H::default();
-    h.start(0, "c1");
-    h.grant(1, "c1", 1);
-    h.start(2, "c2");
-    h.write(3, 4, "c1", 1, WriteOutcome::Accepted, 10);
-    h.release(5, "c1", 1);
-    h.grant(6, "c2", 2);
-    h.write(7, 8, "c2", 2, WriteOutcome::Accepted, 20);
-    h.write(8, 9, "c2", 2, WriteOutcome::Accepted, 21);
+    h.add(start(0, "c1"));
+    h.add(grant(1, "c1", 1));
+    h.add(start(2, "c2"));
+    h.add(write(3, 4, "c1", 1, WriteOutcome::Accepted, 10));
+    h.add(release(5, "c1", 1));
+    h.add(grant(6, "c2", 2));
+    h.add(write(7, 8, "c2", 2, WriteOutcome::Accepted, 20));
+    h.add(write(8, 9, "c2", 2, WriteOutcome::Accepted, 21));
     h.fault(10, 20, "partition-leader", "n1", 1);
-    h.start(11, "c1");
-    h.lost(12, "c2", 2);
-    h.grant(25, "c1", 3);
-    h.write(26, 27, "c1", 3, WriteOutcome::Accepted, 30);
-    h.write(26, 28, "c2", 2, WriteOutcome::Refused, 22);
+    h.add(start(11, "c1"));
+    h.add(lost(12, "c2", 2, "lease expired"));
+    h.add(grant(25, "c1", 3));
+    h.add(write(26, 27, "c1", 3, WriteOutcome::Accepted, 30));
+    h.add(write(26, 28, "c2", 2, WriteOutcome::Refused, 22));
     h
 }
 
@@ -166,14 +115,14 @@ fn shuffled_file_order_is_tolerated() {
 /// c1 holds 1 and never notices; c2 is granted 2 at 10 ms.
 fn overlap(lost_at: u64) -> H {
     let mut h = H::default();
-    h.start(0, "c1");
-    h.grant(1, "c1", 1);
-    h.write(2, 3, "c1", 1, WriteOutcome::Accepted, 10);
-    h.start(4, "c2");
-    h.grant(10, "c2", 2);
-    h.write(11, 12, "c2", 2, WriteOutcome::Accepted, 20);
-    h.lost(lost_at, "c1", 1);
-    h.write(14, 15, "c1", 1, WriteOutcome::Refused, 11);
+    h.add(start(0, "c1"));
+    h.add(grant(1, "c1", 1));
+    h.add(write(2, 3, "c1", 1, WriteOutcome::Accepted, 10));
+    h.add(start(4, "c2"));
+    h.add(grant(10, "c2", 2));
+    h.add(write(11, 12, "c2", 2, WriteOutcome::Accepted, 20));
+    h.add(lost(lost_at, "c1", 1, "lease expired"));
+    h.add(write(14, 15, "c1", 1, WriteOutcome::Refused, 11));
     h
 }
 

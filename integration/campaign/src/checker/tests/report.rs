@@ -6,7 +6,7 @@ use super::*;
 fn display_lists_failures_and_caps_violations() {
     let mut h = H::default();
     for k in 0..15 {
-        h.grant(k, &format!("c{k}"), 1);
+        h.add(grant(k, &format!("c{k}"), 1));
     }
     let report = check(&h.0);
     let text = report.to_string();
@@ -19,9 +19,16 @@ fn display_lists_failures_and_caps_violations() {
 
     let mut h = H::default();
     for k in 0..12u64 {
-        h.write(2 * k + 2, 2 * k + 3, "c", 1, WriteOutcome::Accepted, k);
+        h.add(write(
+            2 * k + 2,
+            2 * k + 3,
+            "c",
+            1,
+            WriteOutcome::Accepted,
+            k,
+        ));
     }
-    h.write(0, 1, "c0", 9, WriteOutcome::Accepted, 99);
+    h.add(write(0, 1, "c0", 9, WriteOutcome::Accepted, 99));
     let report = check(&h.0);
     assert_eq!(
         report.property(GATE_MONOTONIC).unwrap().violations.len(),

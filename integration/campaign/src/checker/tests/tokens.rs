@@ -7,15 +7,9 @@ fn duplicate_token_fails_unique_tokens() {
     let mut h = clean();
     // c1's last grant carries c2's token 2 (granted in real time after
     // c2's lost 2, so monotonic-grants fails too).
-    let EventKind::Grant { token, .. } = &mut h.0[12].kind else {
-        panic!("event 12 is c1's grant")
-    };
-    *token = 2;
+    h.set_token(12, 2);
     // Keep the writes consistent so only token properties break.
-    let EventKind::Write { token, .. } = &mut h.0[13].kind else {
-        panic!()
-    };
-    *token = 2;
+    h.set_token(13, 2);
     let report = check(&h.0);
     let p = report.property(UNIQUE_TOKENS).unwrap();
     assert!(!p.passed, "{report}");
@@ -31,11 +25,11 @@ fn duplicate_token_fails_unique_tokens() {
 #[test]
 fn duplicate_token_in_overlapping_acquires_fails_only_unique_tokens() {
     let mut h = H::default();
-    h.start(0, "c1");
-    h.start(0, "c2");
-    h.grant(1, "c1", 4);
-    h.release(2, "c1", 4);
-    h.grant(3, "c2", 4);
+    h.add(start(0, "c1"));
+    h.add(start(0, "c2"));
+    h.add(grant(1, "c1", 4));
+    h.add(release(2, "c1", 4));
+    h.add(grant(3, "c2", 4));
     assert!(!check(&h.0).property(UNIQUE_TOKENS).unwrap().passed);
     assert!(check(&h.0).property(MONOTONIC_GRANTS).unwrap().passed);
 }
@@ -43,10 +37,7 @@ fn duplicate_token_in_overlapping_acquires_fails_only_unique_tokens() {
 #[test]
 fn token_going_down_in_real_time_fails_monotonic_grants() {
     let mut h = clean();
-    let EventKind::Grant { token, .. } = &mut h.0[12].kind else {
-        panic!("event 12 is c1's grant")
-    };
-    *token = 0; // c1 acquires at 11 ms, after c2's grant of 2 at 6 ms
+    h.set_token(12, 0); // c1 acquires at 11 ms, after c2's grant of 2 at 6 ms
     h.0.truncate(13); // without the writes (gate-monotonic would see them)
     let report = check(&h.0);
     assert_only_fails(&report, MONOTONIC_GRANTS);
@@ -68,12 +59,12 @@ fn token_going_down_in_real_time_fails_monotonic_grants() {
 #[test]
 fn overlapping_acquires_are_unordered() {
     let mut h = H::default();
-    h.start(0, "c1");
-    h.start(1, "c2");
-    h.grant(2, "c2", 5);
-    h.release(3, "c2", 5);
-    h.grant(4, "c1", 4); // began before c2's grant returned: fine
-    h.release(5, "c1", 4);
+    h.add(start(0, "c1"));
+    h.add(start(1, "c2"));
+    h.add(grant(2, "c2", 5));
+    h.add(release(3, "c2", 5));
+    h.add(grant(4, "c1", 4)); // began before c2's grant returned: fine
+    h.add(release(5, "c1", 4));
     assert!(check(&h.0).passed(), "{}", check(&h.0));
     // ... but had c1 begun after c2's grant returned, it is not.
     h.0[0].at_ns = 2 * MS + 1;
@@ -84,15 +75,15 @@ fn overlapping_acquires_are_unordered() {
 #[test]
 fn gate_accepting_lower_after_higher_fails_gate_monotonic() {
     let mut h = H::default();
-    h.write(0, 1, "c2", 7, WriteOutcome::Accepted, 70);
-    h.write(1, 2, "c1", 5, WriteOutcome::Refused, 50);
-    h.write(1, 3, "c1", 7, WriteOutcome::Accepted, 71); // equal: a retry
+    h.add(write(0, 1, "c2", 7, WriteOutcome::Accepted, 70));
+    h.add(write(1, 2, "c1", 5, WriteOutcome::Refused, 50));
+    h.add(write(1, 3, "c1", 7, WriteOutcome::Accepted, 71)); // equal: a retry
     assert!(check(&h.0).passed());
     // Concurrent with the 7: may be ordered before it.
-    h.write(0, 3, "c1", 5, WriteOutcome::Accepted, 51);
+    h.add(write(0, 3, "c1", 5, WriteOutcome::Accepted, 51));
     assert!(check(&h.0).passed(), "{}", check(&h.0));
     // Sent after the 7 completed: must have been refused.
-    let w = h.write(2, 4, "c1", 5, WriteOutcome::Accepted, 52);
+    let w = h.add(write(2, 4, "c1", 5, WriteOutcome::Accepted, 52));
     let report = check(&h.0);
     assert_only_fails(&report, GATE_MONOTONIC);
     let v = &report.property(GATE_MONOTONIC).unwrap().violations;
