@@ -141,125 +141,59 @@ fn a_leader_paused_past_its_lease_reports_the_loss_and_a_new_term_follows() {
 fn command_line_mistakes_are_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("local://{}", dir.path().display());
-    let cases: &[(&[&str], &str)] = &[
-        (&["elect", "--source", &url], "--election"),
-        (&["elect", "--election", "e"], "--source"),
-        (&["elect", "--source", "zz://x", "--election", "e"], "zz"),
+    // Each command line split on spaces; URL is the local source's, '' an
+    // empty argument.
+    let cases = [
+        ("elect --source URL", "--election"),
+        ("elect --election e", "--source"),
+        ("elect --source zz://x --election e", "zz"),
         (
-            &[
-                "elect",
-                "--source",
-                &url,
-                "--election",
-                "e",
-                "--lease-duration",
-                "5",
-            ],
+            "elect --source URL --election e --lease-duration 5",
             "lease_duration",
         ),
+        ("elect --source URL --election e --identity ''", "identity"),
         (
-            &[
-                "elect",
-                "--source",
-                &url,
-                "--election",
-                "e",
-                "--identity",
-                "",
-            ],
-            "identity",
-        ),
-        (
-            &[
-                "elect",
-                "--source",
-                &url,
-                "--election",
-                "",
-                "--lease-duration",
-                "5",
-            ],
+            "elect --source URL --election '' --lease-duration 5",
             "--election",
         ),
         (
-            &[
-                "elect",
-                "--source",
-                &url,
-                "--election",
-                "e",
-                "--coordinated",
-                "1.36.0",
-            ],
+            "elect --source URL --election e --coordinated 1.36.0",
             "kube://",
         ),
         (
-            &[
-                "elect",
-                "--source",
-                "kube://ns",
-                "--election",
-                "e",
-                "--coordinated",
-                "1.36",
-            ],
+            "elect --source kube://ns --election e --coordinated 1.36",
             "MAJOR.MINOR.PATCH",
         ),
         (
-            &[
-                "elect",
-                "--source",
-                "kube://ns",
-                "--election",
-                "e",
-                "--coordinated",
-                "1.0.0&ttl=1",
-            ],
+            "elect --source kube://ns --election e --coordinated 1.0.0&ttl=1",
             "BINARY[:EMULATION]",
         ),
         (
-            &[
-                "elect",
-                "--source",
-                "kube://ns",
-                "--election",
-                "e",
-                "--coordinated",
-                "1.0.0:1.0.1",
-            ],
+            "elect --source kube://ns --election e --coordinated 1.0.0:1.0.1",
             "above binary version",
         ),
-        (&["observe", "--source", &url], "--election"),
+        ("observe --source URL", "--election"),
         // Refused before connecting: nothing listens on port 1.
         (
-            &[
-                "observe",
-                "--source",
-                "etcd://127.0.0.1:1/e",
-                "--election",
-                "Jobs",
-            ],
+            "observe --source etcd://127.0.0.1:1/e --election Jobs",
             "--election",
         ),
+        ("observe --source etcd:// --election e", "etcd://"),
         (
-            &["observe", "--source", "etcd://", "--election", "e"],
-            "etcd://",
-        ),
-        (
-            &[
-                "observe",
-                "--source",
-                &url,
-                "--election",
-                "e",
-                "--retry-period",
-                "-1",
-            ],
+            "observe --source URL --election e --retry-period -1",
             "--retry-period",
         ),
     ];
-    for (args, names) in cases {
-        common::assert_usage_error(args, names);
+    for (line, names) in cases {
+        let args: Vec<&str> = line
+            .split(' ')
+            .map(|a| match a {
+                "URL" => url.as_str(),
+                "''" => "",
+                a => a,
+            })
+            .collect();
+        common::assert_usage_error(&args, names);
     }
 }
 

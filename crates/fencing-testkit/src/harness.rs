@@ -30,6 +30,12 @@ impl Client {
         }
     }
 
+    /// A source that is its own staller is one client: `(source, partition)`
+    /// as the harnesses' partitionable sources come.
+    pub fn of<S: FencingSource + 'static>(pair: (S, impl Stall + 'static)) -> Self {
+        Client::new(Arc::new(pair.0), pair.1)
+    }
+
     /// Stops this client's renewals (see [`Stall`]).
     pub async fn stall(&self) {
         self.staller.stall().await;

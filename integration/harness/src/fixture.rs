@@ -35,3 +35,17 @@ pub trait Fixture: Sized + Send + Sync {
     /// How often `source`'s waiters woke to look at the queue.
     fn waiter_wakeups(source: &Self::Source) -> u64;
 }
+
+/// Awaits a cluster's `start`, panicking with `what` and the error if it
+/// failed, and logs how long it took (the harness's own tests report it).
+pub async fn started<T, E: std::fmt::Display>(
+    what: impl std::fmt::Display,
+    start: impl Future<Output = Result<T, E>>,
+) -> T {
+    let t = std::time::Instant::now();
+    let cluster = start
+        .await
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+    eprintln!("{what} ready after {:?}", t.elapsed());
+    cluster
+}

@@ -149,8 +149,7 @@ impl Fixture for EtcdFixture {
 #[async_trait]
 impl Harness for EtcdFixture {
     async fn client(&self) -> Client {
-        let (source, partition) = self.partitionable_source().await;
-        Client::new(Arc::new(source), partition)
+        Client::of(self.partitionable_source().await)
     }
 
     fn ttl(&self) -> Duration {

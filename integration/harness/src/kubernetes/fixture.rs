@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -242,8 +241,7 @@ impl KubeFixture {
 #[async_trait]
 impl Harness for KubeFixture {
     async fn client(&self) -> Client {
-        let (source, partition) = self.partitionable_source().await;
-        Client::new(Arc::new(source), partition)
+        Client::of(self.partitionable_source().await)
     }
 
     fn ttl(&self) -> Duration {

@@ -2,7 +2,6 @@
 //! test can blackhole; and the conformance-suite harness built on them.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -109,8 +108,7 @@ impl Fixture for ZkFixture {
 #[async_trait]
 impl Harness for ZkFixture {
     async fn client(&self) -> Client {
-        let (source, partition) = self.partitionable_source().await;
-        Client::new(Arc::new(source), partition)
+        Client::of(self.partitionable_source().await)
     }
 
     fn ttl(&self) -> Duration {

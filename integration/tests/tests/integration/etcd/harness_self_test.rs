@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions};
 use fencing_harness::etcd::cluster::{ClusterOptions, EtcdCluster, EtcdVersion, HarnessError};
+use fencing_harness::fixture::started;
 use fencing_harness::member::MemberCluster;
 use fencing_harness::net::proxy::Proxy;
 use fencing_harness::pki::make_tls;
@@ -20,15 +21,8 @@ use fencing_harness::pki::make_tls;
 const CALL: Duration = Duration::from_secs(5);
 
 async fn start(version: EtcdVersion) -> EtcdCluster {
-    let t = Instant::now();
-    let cluster = EtcdCluster::start(version, 3)
-        .await
-        .unwrap_or_else(|e| panic!("{version} cluster did not start: {e}"));
-    eprintln!(
-        "{version}: 3-member cluster healthy after {:?}",
-        t.elapsed()
-    );
-    cluster
+    let what = format!("{version}: 3-member cluster");
+    started(what, EtcdCluster::start(version, 3)).await
 }
 
 async fn connect(endpoints: &[String], options: ConnectOptions) -> Client {

@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use fencing_harness::fixture::started;
 use fencing_harness::member::MemberCluster;
 use fencing_harness::net::proxy::Proxy;
 use fencing_harness::zk::ensemble::{
@@ -20,15 +21,8 @@ use fencing_harness::zk::ensemble::{
 const CALL: Duration = Duration::from_secs(3);
 
 async fn start(version: ZkVersion, servers: usize) -> ZkEnsemble {
-    let t = Instant::now();
-    let ensemble = ZkEnsemble::start(version, servers)
-        .await
-        .unwrap_or_else(|e| panic!("{version} with {servers} servers did not start: {e}"));
-    eprintln!(
-        "{version}: {servers}-server ensemble healthy after {:?}",
-        t.elapsed()
-    );
-    ensemble
+    let what = format!("{version}: {servers}-server ensemble");
+    started(what, ZkEnsemble::start(version, servers)).await
 }
 
 /// The `Mode:` each server reports, straight from a raw `srvr`.

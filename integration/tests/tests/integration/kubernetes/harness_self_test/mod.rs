@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fencing_harness::fixture::started;
 use fencing_harness::kubernetes::cluster::{
     client_go_elector_binary, KubeCluster, KubeUser, OTHER_NAMESPACE, TEST_NAMESPACE,
 };
@@ -27,15 +28,7 @@ mod restarts;
 const CALL: Duration = Duration::from_secs(10);
 
 async fn start() -> KubeCluster {
-    let t = Instant::now();
-    let cluster = KubeCluster::start()
-        .await
-        .unwrap_or_else(|e| panic!("kube cluster did not start: {e}"));
-    eprintln!(
-        "etcd + kube-apiserver ready, RBAC in effect, after {:?}",
-        t.elapsed()
-    );
-    cluster
+    started("etcd + kube-apiserver with RBAC", KubeCluster::start()).await
 }
 
 fn lease(name: &str, holder: &str) -> Lease {
