@@ -49,3 +49,9 @@ pub async fn started<T, E: std::fmt::Display>(
     eprintln!("{what} ready after {:?}", t.elapsed());
     cluster
 }
+
+/// The resource `name`, which a test spells out; panics if it is no valid
+/// resource name.
+pub fn resource(name: &str) -> fencing::ResourceName {
+    fencing::ResourceName::new(name).unwrap_or_else(|e| panic!("resource {name:?}: {e}"))
+}

@@ -8,12 +8,9 @@ use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
 use fencing_etcd::{EtcdConfig, EtcdSource};
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
+use fencing_harness::fixture::resource as r;
 use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios;
-
-fn r(name: &str) -> ResourceName {
-    ResourceName::new(name).unwrap()
-}
 
 fn opts(ttl: Duration) -> AcquireOptions {
     AcquireOptions::new()

@@ -7,15 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::{AcquireOptions, FencingSource, FencingToken, Grant, MemoryGate, ResourceName};
+use fencing::{AcquireOptions, FencingSource, FencingToken, Grant, MemoryGate};
+use fencing_harness::fixture::resource as r;
 use fencing_harness::kubernetes::fixture::{KubeFixture, TEST_LEASE};
 use fencing_kube::KubeLeaseSource;
 use fencing_kube::LeaseOptions;
 use fencing_testkit::History;
-
-fn r(name: &str) -> ResourceName {
-    ResourceName::new(name).unwrap()
-}
 
 /// The reference's pause with real processes: a holder frozen past its
 /// lease writes after a second holder did; a MemoryGate and a FileGate

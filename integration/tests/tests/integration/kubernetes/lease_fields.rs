@@ -8,17 +8,14 @@
 
 use std::time::{Duration, Instant};
 
-use fencing::{AcquireOptions, Error, FencingSource, LossReason, ResourceName};
+use fencing::{AcquireOptions, Error, FencingSource, LossReason};
+use fencing_harness::fixture::resource as r;
 use fencing_harness::kubernetes::cluster::KubeUser;
 use fencing_harness::kubernetes::fixture::{KubeFixture, TEST_LEASE};
 use fencing_kube::KubeLeaseSource;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
-
-fn r(name: &str) -> ResourceName {
-    ResourceName::new(name).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_fields_are_written_whole_and_honoured() {

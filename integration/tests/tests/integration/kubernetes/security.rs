@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, ResourceName};
+use fencing_harness::fixture::resource as r;
 use fencing_harness::kubernetes::cluster::{KubeUser, OTHER_NAMESPACE};
 use fencing_harness::kubernetes::fixture::{KubeFixture, TEST_LEASE, TEST_RETRY};
 use fencing_harness::kubernetes::rbac::lease_user_rbac;
@@ -14,10 +15,6 @@ use fencing_kube::{KubeLeaseConfig, KubeLeaseSource};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
-
-fn r(name: &str) -> ResourceName {
-    ResourceName::new(name).unwrap()
-}
 
 fn opts() -> AcquireOptions {
     AcquireOptions::new()

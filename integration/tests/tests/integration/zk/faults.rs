@@ -6,16 +6,13 @@
 use std::time::Duration;
 
 use fencing::{AcquireOptions, Error, FencingSource, FencingToken, ResourceName};
+use fencing_harness::fixture::resource as r;
 use fencing_harness::fixture::Fixture;
 use fencing_harness::net::proxy::Proxy;
 use fencing_harness::scenarios;
 use fencing_harness::zk::ensemble::{ZkOptions, ZkVersion};
 use fencing_harness::zk::fixture::ZkFixture;
 use fencing_zookeeper::{ZkConfig, ZkSource};
-
-fn r(name: &str) -> ResourceName {
-    ResourceName::new(name).unwrap()
-}
 
 fn opts(session_timeout: Duration) -> AcquireOptions {
     AcquireOptions::new()
