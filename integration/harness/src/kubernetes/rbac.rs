@@ -10,9 +10,12 @@ use super::cluster::{HarnessError, KubeUser, TEST_NAMESPACE};
 
 /// The RBAC manifest for users of the library, as committed.
 pub const RBAC_MANIFEST: &str = include_str!("../../../../deploy/kubernetes/rbac.yaml");
+/// The RBAC manifest for coordinated leader election, as committed.
+pub const RBAC_COORDINATED_MANIFEST: &str =
+    include_str!("../../../../deploy/kubernetes/rbac-coordinated.yaml");
 
-/// The Role and RoleBinding of the manifest `yaml` (the text of
-/// `deploy/kubernetes/rbac.yaml`), moved to `namespace` and bound to the
+/// The Role and RoleBinding of the manifest `yaml` (the text of one of
+/// `deploy/kubernetes/rbac*.yaml`), moved to `namespace` and bound to the
 /// certificate user `user` instead of the manifest's example subject.
 pub fn lease_user_rbac(
     yaml: &str,

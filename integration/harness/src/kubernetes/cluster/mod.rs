@@ -41,7 +41,7 @@ use tempfile::TempDir;
 
 use super::kubeconfig::{client_from, config_from, kubeconfig_path, write_kubeconfigs};
 use super::pki::{make_pki, Pki};
-use super::rbac::{lease_reader_rbac, lease_user_rbac, RBAC_MANIFEST};
+use super::rbac::{lease_reader_rbac, lease_user_rbac, RBAC_COORDINATED_MANIFEST, RBAC_MANIFEST};
 use crate::cache::{cached_bin, kubernetes_release};
 use crate::etcd::cluster::{EtcdCluster, EtcdVersion};
 use crate::member::MemberCluster;
@@ -421,8 +421,9 @@ impl KubeCluster {
     }
 
     /// Creates the namespaces, applies `deploy/kubernetes/rbac.yaml` for
-    /// `lease-user` and a get-only Role for `lease-reader` in
-    /// [`TEST_NAMESPACE`], and waits until both bindings are in effect.
+    /// `lease-user`, `deploy/kubernetes/rbac-coordinated.yaml` for
+    /// `lease-candidate` and a get-only Role for `lease-reader` in
+    /// [`TEST_NAMESPACE`], and waits until the bindings are in effect.
     async fn apply_rbac(&self) -> Result<(), HarnessError> {
         let namespaces: Api<Namespace> = Api::all(self.admin.clone());
         for name in [TEST_NAMESPACE, OTHER_NAMESPACE] {
@@ -441,24 +442,33 @@ impl KubeCluster {
         }
         let (role, binding) =
             lease_user_rbac(RBAC_MANIFEST, TEST_NAMESPACE, KubeUser::LeaseUser.name())?;
+        let (candidate_role, candidate_binding) = lease_user_rbac(
+            RBAC_COORDINATED_MANIFEST,
+            TEST_NAMESPACE,
+            KubeUser::LeaseCandidate.name(),
+        )?;
         let (reader_role, reader_binding) = lease_reader_rbac();
         let roles: Api<Role> = Api::namespaced(self.admin.clone(), TEST_NAMESPACE);
         let bindings: Api<RoleBinding> = Api::namespaced(self.admin.clone(), TEST_NAMESPACE);
-        for role in [role, reader_role] {
+        for role in [role, candidate_role, reader_role] {
             bounded(
                 "creating a Role",
                 roles.create(&PostParams::default(), &role),
             )
             .await?;
         }
-        for binding in [binding, reader_binding] {
+        for binding in [binding, candidate_binding, reader_binding] {
             bounded(
                 "creating a RoleBinding",
                 bindings.create(&PostParams::default(), &binding),
             )
             .await?;
         }
-        for user in [KubeUser::LeaseUser, KubeUser::LeaseReader] {
+        for user in [
+            KubeUser::LeaseUser,
+            KubeUser::LeaseCandidate,
+            KubeUser::LeaseReader,
+        ] {
             self.wait_can_get_leases(user).await?;
         }
         Ok(())

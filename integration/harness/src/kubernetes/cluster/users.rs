@@ -12,6 +12,10 @@ pub enum KubeUser {
     LeaseUser,
     /// `lease-reader`: may only get leases in [`TEST_NAMESPACE`].
     LeaseReader,
+    /// `lease-candidate`: bound by `deploy/kubernetes/rbac-coordinated.yaml`
+    /// in [`TEST_NAMESPACE`] (the Lease verbs, and get, create, update and
+    /// delete on leasecandidates there).
+    LeaseCandidate,
     /// `nobody`: authenticated, but bound to nothing.
     Nobody,
     /// A certificate for `admin` in `system:masters` signed by a CA the
@@ -21,10 +25,11 @@ pub enum KubeUser {
 
 impl KubeUser {
     /// Every user, in declaration order.
-    pub const ALL: [KubeUser; 5] = [
+    pub const ALL: [KubeUser; 6] = [
         KubeUser::Admin,
         KubeUser::LeaseUser,
         KubeUser::LeaseReader,
+        KubeUser::LeaseCandidate,
         KubeUser::Nobody,
         KubeUser::Untrusted,
     ];
@@ -35,6 +40,7 @@ impl KubeUser {
             KubeUser::Admin => "admin",
             KubeUser::LeaseUser => "lease-user",
             KubeUser::LeaseReader => "lease-reader",
+            KubeUser::LeaseCandidate => "lease-candidate",
             KubeUser::Nobody => "nobody",
             KubeUser::Untrusted => "untrusted-admin",
         }

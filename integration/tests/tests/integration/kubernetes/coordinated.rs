@@ -33,7 +33,7 @@ async fn candidate(f: &KubeFixture, binary: &str, emulation: &str) -> KubeLeaseS
         .and_then(|c| c.emulation_version(emulation))
         .unwrap();
     let options = f.options().coordinated(me);
-    KubeLeaseSource::connect(f.config(KubeUser::Admin).options(options))
+    KubeLeaseSource::connect(f.config(KubeUser::LeaseCandidate).options(options))
         .await
         .unwrap()
 }
