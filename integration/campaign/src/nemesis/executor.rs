@@ -257,13 +257,6 @@ impl Nemesis {
                     Undo::Heal,
                 ))
             }
-            Fault::KillLeader => {
-                let any = self.rng.below(members);
-                let i = leader.unwrap_or(any);
-                let member = &mut cluster(world)?.members[i];
-                blocking(|| member.kill());
-                Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
-            }
             Fault::KillCluster => {
                 for member in &mut cluster(world)?.members[..members] {
                     blocking(|| member.kill());
@@ -275,28 +268,29 @@ impl Nemesis {
                 let done = maintain(world, i).await;
                 Ok((format!("m{}: {done}", i + 1), Undo::Nothing))
             }
-            Fault::PauseLeader => {
-                let any = self.rng.below(members);
-                let i = leader.unwrap_or(any);
-                let member = &mut cluster(world)?.members[i];
-                blocking(|| member.pause());
-                Ok((format!("m{}", i + 1), Undo::ResumeMember(i)))
-            }
             Fault::DeleteHolders => {
                 let i = self.rng.below(members);
                 let done = delete_holders(world, i).await;
                 Ok((format!("m{}: {done}", i + 1), Undo::Nothing))
             }
-            Fault::PauseMember | Fault::KillMember => {
-                let i = self.rng.below(members);
+            Fault::KillLeader | Fault::PauseLeader | Fault::KillMember | Fault::PauseMember => {
+                // One draw either way, so a seed replays the same members.
+                let any = self.rng.below(members);
+                let on_leader = matches!(fault, Fault::KillLeader | Fault::PauseLeader);
+                let i = if on_leader {
+                    leader.unwrap_or(any)
+                } else {
+                    any
+                };
                 let member = &mut cluster(world)?.members[i];
-                if fault == Fault::PauseMember {
+                let undo = if matches!(fault, Fault::PauseLeader | Fault::PauseMember) {
                     blocking(|| member.pause());
-                    Ok((format!("m{}", i + 1), Undo::ResumeMember(i)))
+                    Undo::ResumeMember(i)
                 } else {
                     blocking(|| member.kill());
-                    Ok((format!("m{}", i + 1), Undo::RestartMember(i)))
-                }
+                    Undo::RestartMember(i)
+                };
+                Ok((format!("m{}", i + 1), undo))
             }
             Fault::PartitionClient => {
                 let c = self.victim(world).await;
