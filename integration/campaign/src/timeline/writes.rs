@@ -152,7 +152,7 @@ mod tests {
                 "c1",
                 1,
                 WriteOutcome::Accepted,
-                k,
+                k / 10 + 1,
             ));
         }
         events.push(write(4000, 4001, "c1", 1, WriteOutcome::Refused, 4001));
