@@ -8,7 +8,9 @@ pub use crate::error::connect_failure;
 pub use crate::gate::{check_fixed_source, check_source, check_token, next_mark};
 pub use crate::grant::{release_until_lost, GrantBackend};
 pub use crate::jitter::{jittered, JITTER_FACTOR};
-pub use crate::lease::{drift_margin, local_deadline, LeaseGroup, LeaseTracker};
+pub use crate::lease::{
+    drift_margin, local_deadline, LeaseGroup, LeaseTracker, SentAt, FAR_FUTURE,
+};
 pub use crate::redact::{redact_secrets, REDACTED};
 pub use crate::settings::{is_host_port, positive_seconds};
 pub use crate::source::{ensure_same_source, with_timeout, IfHeld, RawSource};

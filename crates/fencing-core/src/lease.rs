@@ -20,10 +20,66 @@ pub fn drift_margin(ttl: Duration) -> Duration {
 ///
 /// It is measured from when the request was *sent*, never from when the
 /// reply arrived: the server may have started the TTL at any point in
-/// between, and only the send time is a safe lower bound.
+/// between, and only the send time is a safe lower bound. A TTL too large
+/// for the clock (`Duration::MAX`) gives a deadline [`FAR_FUTURE`] ahead
+/// instead of overflowing.
 #[must_use]
 pub fn local_deadline(sent_at: Instant, ttl: Duration) -> Instant {
-    sent_at + ttl.saturating_sub(drift_margin(ttl))
+    later(sent_at, ttl.saturating_sub(drift_margin(ttl)))
+}
+
+/// The furthest ahead a deadline is kept: far beyond any lease, and well
+/// within what every platform's monotonic clock can add.
+pub const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `t + by`, at most [`FAR_FUTURE`] ahead.
+fn later(t: Instant, by: Duration) -> Instant {
+    t.checked_add(by.min(FAR_FUTURE))
+        .unwrap_or_else(|| t + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// When a request was sent, read on both clocks a lease is counted on:
+/// tokio's (which stands still while the machine is suspended) and the
+/// running total of suspended time. Taken just before the request goes
+/// out, so that a suspend while it was in flight counts against the lease
+/// it renews: the coordinator's clock ran on meanwhile.
+///
+/// ```
+/// use fencing_core::backend::{LeaseTracker, SentAt};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let sent = SentAt::now();
+/// // ... send the request that grants the lease, await its answer ...
+/// let lease = LeaseTracker::new(sent, std::time::Duration::from_secs(10));
+/// assert!(lease.is_live());
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SentAt {
+    at: Instant,
+    suspended: Duration,
+}
+
+impl SentAt {
+    /// Now, on both clocks.
+    #[must_use]
+    pub fn now() -> Self {
+        SentAt {
+            at: Instant::now(),
+            suspended: suspend::total(),
+        }
+    }
+
+    /// The send time on tokio's clock.
+    #[must_use]
+    pub fn instant(self) -> Instant {
+        self.at
+    }
+
+    /// The send time on tokio's clock, moved earlier by the time the
+    /// machine was suspended between the send and `suspended_now`.
+    fn counted(self, suspended_now: Duration) -> Instant {
+        earlier(self.at, suspended_now.saturating_sub(self.suspended))
+    }
 }
 
 /// Why a grant stopped being held, as [`Grant::lost`](crate::Grant::lost)
@@ -152,11 +208,13 @@ struct Clock {
 }
 
 impl Clock {
-    fn new(sent_at: Instant, ttl: Duration) -> Self {
+    /// Set as of the send: a suspend while the request was in flight is
+    /// counted as time slept since then.
+    fn new(sent: SentAt, ttl: Duration) -> Self {
         Clock {
-            deadline: local_deadline(sent_at, ttl),
-            renewed_at: sent_at,
-            suspended: suspend::total(),
+            deadline: local_deadline(sent.at, ttl),
+            renewed_at: sent.at,
+            suspended: sent.suspended,
         }
     }
 
@@ -173,14 +231,12 @@ impl Clock {
         earlier(self.renewed_at, self.slept())
     }
 
-    /// Moves the instants earlier by the time slept since they were set, and
-    /// returns it.
-    fn settle(&mut self) -> Duration {
+    /// Moves the instants earlier by the time slept since they were set.
+    fn settle(&mut self) {
         let slept = self.slept();
         self.deadline = earlier(self.deadline, slept);
         self.renewed_at = earlier(self.renewed_at, slept);
         self.suspended += slept;
-        slept
     }
 }
 
@@ -197,10 +253,10 @@ fn earlier(t: Instant, by: Duration) -> Instant {
 const SUSPEND_CHECK: Duration = Duration::from_secs(1);
 
 impl LeaseTracker {
-    /// A tracker for a lease granted by a request sent at `sent_at`.
+    /// A tracker for a lease granted by a request sent at `sent`.
     #[must_use]
-    pub fn new(sent_at: Instant, ttl: Duration) -> Self {
-        Self::on_clock(Arc::new(Mutex::new(Clock::new(sent_at, ttl))))
+    pub fn new(sent: SentAt, ttl: Duration) -> Self {
+        Self::on_clock(Arc::new(Mutex::new(Clock::new(sent, ttl))))
     }
 
     fn on_clock(clock: Arc<Mutex<Clock>>) -> Self {
@@ -213,20 +269,21 @@ impl LeaseTracker {
         }
     }
 
-    /// Records a successful renewal whose request was sent at `sent_at`.
+    /// Records a successful renewal whose request was sent at `sent`.
     /// Returns false (and marks the grant lost) when the old deadline had
     /// already passed: the holder may have acted as a non-holder meanwhile.
     ///
     /// A tracker from [`LeaseGroup::track`] shares the group's deadline:
     /// renew the group, not its grants.
     ///
-    /// After a suspend the send time is taken to precede it (the request
-    /// may have been renewed at the server just before the machine slept),
-    /// so the renewal counts from that much earlier.
-    pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
+    /// A suspend between the send and now counts against the renewal (the
+    /// server may have renewed it just before the machine slept), so it
+    /// counts from that much earlier.
+    pub fn renewed(&self, sent: SentAt, ttl: Duration) -> bool {
         let live = {
             let mut clock = lock(&self.inner.clock);
-            let sent_at = earlier(sent_at, clock.settle());
+            clock.settle();
+            let sent_at = sent.counted(clock.suspended);
             let live = !self.inner.lost.is_cancelled() && Instant::now() < clock.deadline;
             if live {
                 clock.renewed_at = clock.renewed_at.max(sent_at);
@@ -342,7 +399,7 @@ impl LeaseTracker {
 /// ```compile_fail
 /// fn silence(grant: &fencing_core::Grant) {
 ///     let a_day = std::time::Duration::from_secs(86_400);
-///     grant.lease().renewed(tokio::time::Instant::now(), a_day);
+///     grant.lease().renewed(fencing_core::backend::SentAt::now(), a_day);
 /// }
 /// ```
 #[derive(Clone, Debug)]
@@ -419,11 +476,11 @@ struct Grants {
 }
 
 impl LeaseGroup {
-    /// A group for a lease granted by a request sent at `sent_at`.
+    /// A group for a lease granted by a request sent at `sent`.
     #[must_use]
-    pub fn new(sent_at: Instant, ttl: Duration) -> Self {
+    pub fn new(sent: SentAt, ttl: Duration) -> Self {
         LeaseGroup {
-            lease: LeaseTracker::new(sent_at, ttl),
+            lease: LeaseTracker::new(sent, ttl),
             grants: Mutex::new(Grants::default()),
         }
     }
@@ -458,11 +515,11 @@ impl LeaseGroup {
         tracker
     }
 
-    /// Records a renewal sent at `sent_at` for `ttl`, for the lease and so
+    /// Records a renewal sent at `sent` for `ttl`, for the lease and so
     /// for every grant on it. False (and everything lost) when it came too
     /// late.
-    pub fn renewed(&self, sent_at: Instant, ttl: Duration) -> bool {
-        if self.lease.renewed(sent_at, ttl) {
+    pub fn renewed(&self, sent: SentAt, ttl: Duration) -> bool {
+        if self.lease.renewed(sent, ttl) {
             return true;
         }
         self.lose(
@@ -496,7 +553,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_suspend_longer_than_the_lease_loses_it_within_a_second_of_the_resume() {
         let ttl = Duration::from_secs(10);
-        let t = LeaseTracker::new(Instant::now(), ttl);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
         let waiter = tokio::spawn({
             let t = t.clone();
             async move { (t.lost().await, Instant::now()) }
@@ -516,28 +573,60 @@ mod tests {
             at - resumed
         );
         // A renewal confirmed after the resume does not revive it.
-        assert!(!t.renewed(Instant::now(), ttl));
+        assert!(!t.renewed(SentAt::now(), ttl));
     }
 
     /// A suspend shorter than what is left of the lease: the grant lives on
-    /// with that much less time, and a renewal confirmed after the resume
-    /// counts as if sent before the suspend.
+    /// with that much less time. A renewal sent before the suspend and
+    /// confirmed after it counts from that much earlier; one sent after the
+    /// resume counts in full.
     #[tokio::test(start_paused = true)]
     async fn a_short_suspend_shortens_the_lease_by_its_length() {
         let ttl = Duration::from_secs(10);
-        let start = Instant::now();
-        let t = LeaseTracker::new(start, ttl);
+        let sent = SentAt::now();
+        let t = LeaseTracker::new(sent, ttl);
+        let start = sent.instant();
         tokio::time::advance(Duration::from_secs(2)).await;
+        let before_the_suspend = SentAt::now();
         crate::suspend::inject(Duration::from_secs(5));
         assert!(t.is_live());
         assert_eq!(t.deadline(), start + Duration::from_secs(4));
-        assert!(t.renewed(Instant::now(), ttl));
+        assert!(t.renewed(before_the_suspend, ttl));
         // Sent at 2 s on tokio's clock, counted from 2 s - 5 s: 9 s later.
         assert_eq!(t.deadline(), start + Duration::from_secs(6));
-        // The next renewal, with no suspend in between, counts in full.
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(t.renewed(Instant::now(), ttl));
-        assert_eq!(t.deadline(), start + Duration::from_secs(12));
+        assert!(t.renewed(SentAt::now(), ttl));
+        assert_eq!(t.deadline(), start + Duration::from_secs(11));
+    }
+
+    /// A suspend while the request that grants the lease is in flight
+    /// counts against it, for a tracker and for a group (issue 54): with
+    /// the suspended total sampled when the tracker was built, both lived
+    /// on to 9 s as if the 5 s and the 20 s had not passed.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_during_the_granting_request_counts_against_the_lease() {
+        let ttl = Duration::from_secs(10);
+        let sent = SentAt::now();
+        crate::suspend::inject(Duration::from_secs(5));
+        let t = LeaseTracker::new(sent, ttl);
+        assert_eq!(t.deadline(), sent.instant() + Duration::from_secs(4));
+
+        let sent = SentAt::now();
+        crate::suspend::inject(Duration::from_secs(20));
+        let group = LeaseGroup::new(sent, ttl);
+        assert!(
+            !group.lease().is_live(),
+            "20 s suspended out of a 9 s lease"
+        );
+        assert!(!group.track().is_live());
+    }
+
+    /// A TTL too large for the clock gives a far deadline, not a panic.
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_ttl_does_not_overflow_the_clock() {
+        let t = LeaseTracker::new(SentAt::now(), Duration::MAX);
+        assert!(t.is_live());
+        assert!(t.deadline() > Instant::now() + Duration::from_secs(365 * 24 * 3600));
+        assert!(t.renewed(SentAt::now(), Duration::MAX));
     }
 
     /// `lost_at` names when the loss happened, not when someone looked:
@@ -547,14 +636,14 @@ mod tests {
     async fn lost_at_is_the_deadline_or_the_earlier_report() {
         let ttl = Duration::from_secs(10);
         let start = Instant::now();
-        let expired = LeaseTracker::new(start, ttl);
+        let expired = LeaseTracker::new(SentAt::now(), ttl);
         assert_eq!(expired.lost_at(), None);
         tokio::time::advance(Duration::from_secs(15)).await;
         assert_eq!(expired.lost_at(), Some(start + Duration::from_secs(9)));
         expired.mark_lost(LossReason::SessionExpired, "reported late");
         assert_eq!(expired.lost_at(), Some(start + Duration::from_secs(9)));
 
-        let reported = LeaseTracker::new(Instant::now(), ttl);
+        let reported = LeaseTracker::new(SentAt::now(), ttl);
         tokio::time::advance(Duration::from_secs(2)).await;
         let at = Instant::now();
         reported.mark_lost(LossReason::DeletedAtServer, "key deleted");
@@ -566,7 +655,7 @@ mod tests {
     async fn lost_fires_at_the_deadline_measured_from_send_time() {
         let sent = Instant::now();
         let ttl = Duration::from_secs(10);
-        let t = LeaseTracker::new(sent, ttl);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
         assert_eq!(t.deadline(), sent + Duration::from_secs(9));
         assert_eq!(t.view().lost().await, LossReason::ExpiredLocally);
         assert_eq!(Instant::now(), sent + Duration::from_secs(9));
@@ -576,9 +665,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn renewal_moves_the_deadline_and_late_renewal_does_not_revive() {
         let ttl = Duration::from_secs(10);
-        let t = LeaseTracker::new(Instant::now(), ttl);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(t.renewed(Instant::now(), ttl));
+        assert!(t.renewed(SentAt::now(), ttl));
         let waiter = tokio::spawn({
             let t = t.clone();
             async move {
@@ -590,7 +679,7 @@ mod tests {
         let fired = waiter.await.unwrap();
         assert_eq!(fired - start, Duration::from_secs(9));
         assert!(
-            !t.renewed(Instant::now(), ttl),
+            !t.renewed(SentAt::now(), ttl),
             "a renewal after loss must not revive"
         );
         assert!(!t.is_live());
@@ -603,7 +692,7 @@ mod tests {
     async fn a_renewal_while_waiting_moves_the_waiters_deadline() {
         let ttl = Duration::from_secs(10);
         let start = Instant::now();
-        let t = LeaseTracker::new(start, ttl);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
         let waiter = tokio::spawn({
             let t = t.clone();
             async move {
@@ -612,7 +701,7 @@ mod tests {
             }
         });
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(t.renewed(Instant::now(), ttl));
+        assert!(t.renewed(SentAt::now(), ttl));
         let fired = waiter.await.unwrap();
         assert_eq!(fired - start, Duration::from_secs(14));
     }
@@ -620,9 +709,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_older_send_time_never_shortens_the_deadline() {
         let ttl = Duration::from_secs(10);
-        let old = Instant::now();
+        let old = SentAt::now();
         tokio::time::advance(Duration::from_secs(3)).await;
-        let t = LeaseTracker::new(Instant::now(), ttl);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
         let before = t.deadline();
         assert!(t.renewed(old, ttl));
         assert_eq!(t.deadline(), before);
@@ -631,10 +720,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_group_renews_and_loses_its_grants_together() {
         let ttl = Duration::from_secs(10);
-        let group = LeaseGroup::new(Instant::now(), ttl);
+        let group = LeaseGroup::new(SentAt::now(), ttl);
         let (a, b) = (group.track(), group.track());
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(group.renewed(Instant::now(), ttl));
+        assert!(group.renewed(SentAt::now(), ttl));
         assert_eq!(a.deadline(), b.deadline());
         assert_eq!(a.deadline(), Instant::now() + Duration::from_secs(9));
         b.mark_lost(LossReason::DeletedAtServer, "key deleted");
@@ -649,11 +738,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_grants_own_loss_outlives_the_groups_renewals() {
         let ttl = Duration::from_secs(10);
-        let group = LeaseGroup::new(Instant::now(), ttl);
+        let group = LeaseGroup::new(SentAt::now(), ttl);
         let (a, b) = (group.track(), group.track());
         b.mark_lost(LossReason::DeletedAtServer, "key deleted");
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(group.renewed(Instant::now(), ttl));
+        assert!(group.renewed(SentAt::now(), ttl));
         assert!(a.is_live() && !b.is_live());
         assert_eq!(b.loss_reason(), Some(LossReason::DeletedAtServer));
         tokio::time::advance(Duration::from_secs(8)).await;
@@ -665,7 +754,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn marked_lost_waits_for_a_mark_not_the_deadline() {
         let ttl = Duration::from_secs(10);
-        let group = LeaseGroup::new(Instant::now(), ttl);
+        let group = LeaseGroup::new(SentAt::now(), ttl);
         let grant = group.track();
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(!grant.is_live());
@@ -680,7 +769,7 @@ mod tests {
     /// grants must not pile up in the group.
     #[test]
     fn released_grants_do_not_pile_up_in_the_group() {
-        let group = LeaseGroup::new(Instant::now(), Duration::from_secs(60));
+        let group = LeaseGroup::new(SentAt::now(), Duration::from_secs(60));
         let held: Vec<_> = (0..100).map(|_| group.track()).collect();
         for _ in 0..10_000 {
             group.track().mark_lost(LossReason::Released, "released");
@@ -702,7 +791,7 @@ mod tests {
         let _entered = rt.enter();
         let mut missed = 0;
         for _ in 0..30_000 {
-            let group = Arc::new(LeaseGroup::new(Instant::now(), Duration::from_secs(60)));
+            let group = Arc::new(LeaseGroup::new(SentAt::now(), Duration::from_secs(60)));
             let start = Arc::new(std::sync::Barrier::new(2));
             let loser = std::thread::spawn({
                 let (group, start) = (group.clone(), start.clone());
@@ -723,7 +812,7 @@ mod tests {
 
     #[tokio::test]
     async fn server_side_loss_wakes_waiters_with_the_first_reason() {
-        let t = LeaseTracker::new(Instant::now(), Duration::from_secs(60));
+        let t = LeaseTracker::new(SentAt::now(), Duration::from_secs(60));
         let waiter = tokio::spawn({
             let t = t.clone();
             async move { t.lost().await }

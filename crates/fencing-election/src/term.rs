@@ -236,7 +236,7 @@ mod tests {
 
     fn term(ttl: Duration, renew_deadline: Duration) -> Term {
         Term {
-            tracker: LeaseTracker::new(Instant::now(), ttl),
+            tracker: LeaseTracker::new(fencing_core::backend::SentAt::now(), ttl),
             renew_deadline,
             info: GrantInfo::new(
                 FencingToken::new(7),
@@ -253,15 +253,16 @@ mod tests {
         let (ttl, renew) = (Duration::from_secs(15), Duration::from_secs(10));
         let t = term(ttl, renew);
         tokio::time::advance(Duration::from_secs(4)).await;
-        let sent = Instant::now();
+        let sent = fencing_core::backend::SentAt::now();
         assert!(t.tracker.renewed(sent, ttl));
+        let sent = sent.instant();
         assert_eq!(t.renew_by(), sent + renew);
         let reason = t.lost().await;
         assert_eq!(Instant::now(), sent + renew, "not at the renew deadline");
         assert_eq!(t.tracker.last_renewal(), sent);
         assert_eq!(reason, LossReason::RenewDeadlinePassed);
         // Sticky: a late renewal does not make it leader again.
-        assert!(!t.tracker.renewed(Instant::now(), ttl));
+        assert!(!t.tracker.renewed(fencing_core::backend::SentAt::now(), ttl));
         assert!(t.loss().is_some());
     }
 

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, LeaseKeepAliveStream, LeaseKeeper};
-use fencing_core::backend::{LeaseGroup, LeaseTracker};
+use fencing_core::backend::{LeaseGroup, LeaseTracker, SentAt};
 use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::conn::Conn;
 
@@ -35,7 +34,7 @@ impl Session {
         ttl: Duration,
         vouch_key: &str,
     ) -> Result<(Session, etcd_client::ResponseHeader)> {
-        let sent = Instant::now();
+        let sent = SentAt::now();
         let secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
         let mut resp = conn
             .call("lease grant", |mut c| async move {
@@ -154,7 +153,7 @@ async fn keep_alive(renewer: Renewer, group: Arc<LeaseGroup>) {
             }
             _ = tokio::time::sleep(wait) => {}
         }
-        let sent = Instant::now();
+        let sent = SentAt::now();
         let failure = match tokio::time::timeout(period / 2, renewer.renew(&mut stream)).await {
             Ok(Ok(granted)) => {
                 if !group.renewed(sent, Duration::from_secs(granted)) {

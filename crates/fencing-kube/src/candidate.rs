@@ -7,8 +7,9 @@
 //! the Lease; then it renews the Lease itself, as client-go's elector does
 //! with `Coordinated: true`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use fencing_core::{Error, ResourceName, Result};
@@ -124,11 +125,20 @@ pub(crate) fn check_identity(holder: &str) -> Result<()> {
     }
 }
 
-/// LeaseCandidate calls in one namespace.
+/// LeaseCandidate calls in one namespace, and the candidacies this source
+/// has published there.
 #[derive(Clone)]
 pub(crate) struct Candidates {
     api: Api<LeaseCandidate>,
     scope: Scope,
+    /// Our live candidacies by name (the holder identity). The controller
+    /// writes a candidate's name into the Lease's holderIdentity, so one
+    /// identity is one LeaseCandidate per namespace, whatever the Lease:
+    /// acquires of one identity share it, and it goes with the last of them.
+    published: Arc<Mutex<HashMap<String, Weak<Published>>>>,
+    /// Held while a candidacy is published or deleted, so that a deletion
+    /// never removes one that a new acquire has just published.
+    changing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Candidates {
@@ -136,7 +146,24 @@ impl Candidates {
         Candidates {
             api: Api::namespaced(client, &scope.namespace),
             scope,
+            published: Arc::default(),
+            changing: Arc::default(),
         }
+    }
+
+    /// Our live candidacy named `name`, if any.
+    fn live(&self, name: &str) -> Option<Arc<Published>> {
+        let published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        published.get(name).and_then(Weak::upgrade)
+    }
+
+    /// Deletes candidate `name` unless a live candidacy of ours uses it.
+    async fn delete_unused(&self, name: &str) -> Result<()> {
+        let _changing = self.changing.lock().await;
+        if self.live(name).is_some() {
+            return Ok(());
+        }
+        self.delete(name).await
     }
 
     fn call<'a>(&'a self, verb: &'static str, name: &'a str) -> Call<'a> {
@@ -207,13 +234,15 @@ impl Candidates {
 
 /// Our published candidacy for one Lease: kept (pings answered) while any
 /// clone lives, deleted when the last one goes. An acquire holds it while
-/// it waits, the grant while it is held.
+/// it waits, the grant while it is held; acquires of the same identity for
+/// the same Lease share one.
 #[derive(Clone)]
 pub(crate) struct Candidate(Arc<Published>);
 
 struct Published {
     candidates: Candidates,
     name: String,
+    lease: String,
     keeper: JoinHandle<()>,
     /// Deleted already by [`Candidate::leave`].
     left: AtomicBool,
@@ -228,7 +257,10 @@ const RENEW_ANYWAY: Duration = Duration::from_secs(60);
 
 impl Candidate {
     /// Publishes the LeaseCandidate `holder` for Lease `lease` and starts
-    /// answering pings every `period`.
+    /// answering pings every `period`; or joins the candidacy this source
+    /// already has for them. An identity that is already a candidate for
+    /// another Lease is refused with [`Error::Config`]: its one
+    /// LeaseCandidate cannot stand for two Leases.
     pub(crate) async fn join(
         candidates: &Candidates,
         lease: &str,
@@ -237,6 +269,19 @@ impl Candidate {
         period: Duration,
         background: &TaskTracker,
     ) -> Result<Candidate> {
+        let _changing = candidates.changing.lock().await;
+        if let Some(live) = candidates.live(holder) {
+            if live.lease != lease {
+                return Err(Error::Config(format!(
+                    "coordinated election: holder identity {holder:?} is already a candidate for Lease {:?} \
+                     in namespace {:?}; the election controller names a holder by its LeaseCandidate, which \
+                     is named after the identity, so one identity can stand for one Lease at a time in a \
+                     namespace: give this acquire another identity (AcquireOptions::holder)",
+                    live.lease, candidates.scope.namespace
+                )));
+            }
+            return Ok(Candidate(live));
+        }
         let spec = LeaseCandidateSpec {
             lease_name: lease.to_owned(),
             binary_version: candidacy.binary_version.clone(),
@@ -247,18 +292,32 @@ impl Candidate {
         };
         candidates.publish(holder, spec.clone()).await?;
         let keeper = tokio::spawn(keep(candidates.clone(), holder.to_owned(), spec, period));
-        Ok(Candidate(Arc::new(Published {
+        let published = Arc::new(Published {
             candidates: candidates.clone(),
             name: holder.to_owned(),
+            lease: lease.to_owned(),
             keeper,
             left: AtomicBool::new(false),
             background: background.clone(),
-        })))
+        });
+        let mut registry = candidates
+            .published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        registry.insert(holder.to_owned(), Arc::downgrade(&published));
+        Ok(Candidate(published))
     }
 
     /// Deletes the candidate now (on release), so the controller does not
-    /// elect us again; the drop then has nothing left to do.
+    /// elect us again, unless another acquire of this source still waits
+    /// on it; the drop then has nothing left to do.
     pub(crate) async fn leave(&self) -> Result<()> {
+        let _changing = self.0.candidates.changing.lock().await;
+        // Ours and the registry's weak one: any other strong one is an
+        // acquire of the same identity that still needs the candidacy.
+        if Arc::strong_count(&self.0) > 1 {
+            return Ok(());
+        }
         self.0.keeper.abort();
         self.0.candidates.delete(&self.0.name).await?;
         self.0.left.store(true, Ordering::Relaxed);
@@ -269,13 +328,26 @@ impl Candidate {
 impl Drop for Published {
     fn drop(&mut self) {
         self.keeper.abort();
+        {
+            let mut registry = self
+                .candidates
+                .published
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if registry
+                .get(&self.name)
+                .is_some_and(|w| w.strong_count() == 0)
+            {
+                registry.remove(&self.name);
+            }
+        }
         if self.left.load(Ordering::Relaxed) {
             return;
         }
         let (candidates, name) = (self.candidates.clone(), std::mem::take(&mut self.name));
         if tokio::runtime::Handle::try_current().is_ok() {
             self.background.spawn(async move {
-                if let Err(e) = candidates.delete(&name).await {
+                if let Err(e) = candidates.delete_unused(&name).await {
                     tracing::warn!(candidate = name, error = %e, "could not delete a LeaseCandidate; the controller's collector removes it later");
                 }
             });

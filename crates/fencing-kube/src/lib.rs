@@ -69,7 +69,7 @@ mod source;
 
 pub use candidate::{Candidacy, OLDEST_EMULATION_VERSION};
 pub use config::{KubeLeaseConfig, LeaseOptions, DEFAULT_REQUEST_TIMEOUT};
-pub use record::TOKEN_ANNOTATION;
+pub use record::{RENEW_TIME_AHEAD_MAX, TOKEN_ANNOTATION};
 pub use source::KubeLeaseSource;
 
 /// The client crate, for callers of [`KubeLeaseSource::from_client`].

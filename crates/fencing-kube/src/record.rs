@@ -2,6 +2,7 @@
 //! judged on the local clock), the records to write for a grant, a renewal
 //! and a release, and resource versions as fencing tokens. No I/O here.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fencing_core::{Error, FencingToken, Result};
@@ -32,6 +33,9 @@ pub(crate) struct LeaseView {
     pub(crate) strategy: Option<String>,
     /// Whom the manager asks to hold the Lease next.
     pub(crate) preferred: Option<String>,
+    /// Whether `acquireTime` is set: a candidate's take writes it, the
+    /// coordinated election controller's naming of a holder clears it.
+    pub(crate) acquired: bool,
 }
 
 impl LeaseView {
@@ -59,6 +63,7 @@ impl LeaseView {
             preferred: spec
                 .and_then(|s| s.preferred_holder.clone())
                 .filter(|s| !s.is_empty()),
+            acquired: spec.is_some_and(|s| s.acquire_time.is_some()),
         }
     }
 
@@ -145,28 +150,81 @@ impl GrantKey {
     }
 }
 
-/// When we last saw a Lease's resourceVersion change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Observed {
-    pub(crate) rv: String,
-    pub(crate) at: Instant,
+/// When each Lease's resourceVersion was last seen to change, on our
+/// monotonic clock: the base of expiry.
+///
+/// The time only moves when the version changed: a holder that keeps
+/// renewing keeps moving it, a silent one does not. A version never seen
+/// before counts as changed now, so a fresh candidate waits a full lease
+/// duration, whatever the Lease's renewTime says (other machines' wall
+/// clocks are not trusted). Forgetting a Lease is therefore always safe:
+/// it only makes the next candidate wait a full duration again. Leases not
+/// read for [`FORGET_AFTER`] are forgotten, so the map holds what was read
+/// lately, not every name a long-lived source ever touched.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    leases: HashMap<String, Observed>,
+    /// The size at which unread Leases are next pruned: twice what the
+    /// last pruning kept, so pruning costs O(1) per read.
+    prune_at: usize,
 }
 
-/// The observation after reading `rv` at `now`. The time only moves when
-/// the version changed: a holder that keeps renewing keeps moving it, a
-/// silent one does not. A version never seen before counts as changed now,
-/// so a fresh candidate waits a full lease duration, whatever the Lease's
-/// renewTime says (other machines' wall clocks are not trusted).
-///
-/// `now` must be taken after the read returned: the version was written
-/// before then, so the holder's renewal was sent no later than `now`.
-pub(crate) fn observe(previous: Option<&Observed>, rv: &str, now: Instant) -> Observed {
-    match previous {
-        Some(p) if p.rv == rv => p.clone(),
-        _ => Observed {
+#[derive(Debug)]
+struct Observed {
+    rv: String,
+    /// When `rv` was first read.
+    at: Instant,
+    /// When the Lease was last read.
+    read: Instant,
+}
+
+/// How long a Lease nobody reads is remembered: far longer than any
+/// waiting acquire's retry period, which reads it again each period.
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(120);
+
+/// The least size at which pruning starts.
+const PRUNE_FROM: usize = 1024;
+
+impl Seen {
+    /// When `name` was last seen to change, given that a read that returned
+    /// at `now` found version `rv` (`None`: no Lease).
+    ///
+    /// `now` must be taken after the read returned: the version was written
+    /// before then, so the holder's renewal was sent no later than `now`.
+    pub(crate) fn observed_at(&mut self, name: &str, rv: Option<&str>, now: Instant) -> Instant {
+        let Some(rv) = rv else {
+            self.leases.remove(name);
+            return now;
+        };
+        if let Some(seen) = self.leases.get_mut(name).filter(|o| o.rv == rv) {
+            seen.read = now;
+            return seen.at;
+        }
+        if self.leases.len() >= self.prune_at {
+            self.prune(now);
+        }
+        let seen = Observed {
             rv: rv.to_owned(),
             at: now,
-        },
+            read: now,
+        };
+        self.leases.insert(name.to_owned(), seen);
+        now
+    }
+
+    fn prune(&mut self, now: Instant) {
+        self.leases
+            .retain(|_, o| now.saturating_duration_since(o.read) < FORGET_AFTER);
+        if self.leases.capacity() > 4 * self.leases.len().max(PRUNE_FROM) {
+            self.leases.shrink_to(2 * self.leases.len());
+        }
+        self.prune_at = (2 * self.leases.len()).max(PRUNE_FROM);
+    }
+
+    /// How many Leases are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.leases.len()
     }
 }
 
@@ -202,7 +260,15 @@ pub(crate) fn decide(
             strategy: strategy.clone(),
         });
     }
-    let until = observed_at + lease.duration + lock_delay;
+    let until = observed_at
+        .checked_add(lease.duration)
+        .and_then(|t| t.checked_add(lock_delay))
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "lock_delay {lock_delay:?} is too long: added to the Lease's {:?} it is past what the clock can count",
+                lease.duration
+            ))
+        })?;
     if lease.holder.is_empty() || now > until {
         // client-go counts only changes of holder; we count every grant so
         // that two grants of one identity are told apart by validate.
@@ -235,11 +301,16 @@ pub(crate) enum Coordinated {
 }
 
 /// The decision for coordinated candidate `holder`. A Lease the controller
-/// names us in, but that carries a renewal by our identity in its current
-/// transitions count, is a term of ours still running or left by a former
-/// run of this identity (the controller keeps annotations and counts no
-/// transitions): as in [`decide`], it is taken only once it has not changed
-/// for its lease duration, since the former run may still be alive.
+/// names us in is ours to take only as the controller left it: its naming
+/// write clears `acquireTime` and counts no transitions. One that already
+/// carries a take (`acquireTime` set) or a renewal by our identity in its
+/// current transitions count is a term of this identity in progress: ours
+/// from another acquire (a second elector on the same identity, a retried
+/// acquire whose first write landed), or a former run's that may still be
+/// alive. As in [`decide`], it is taken only once it has not changed for
+/// its lease duration. (The take's first renewal, which writes the token
+/// note, comes a retry period after it: the note alone left that window
+/// open to a second grant.)
 pub(crate) fn decide_coordinated(
     current: Option<&LeaseView>,
     holder: &str,
@@ -252,8 +323,8 @@ pub(crate) fn decide_coordinated(
     if lease.strategy.is_none() || lease.holder != holder || lease.asks_to_yield(holder).is_some() {
         return Ok(Coordinated::Wait);
     }
-    let ours_before = lease.recorded_token().is_some();
-    if ours_before && now <= observed_at + lease.duration {
+    let in_progress = lease.acquired || lease.recorded_token().is_some();
+    if in_progress && now <= observed_at + lease.duration {
         return Ok(Coordinated::Wait);
     }
     let transitions = lease.transitions.checked_add(1).ok_or_else(|| {
@@ -318,30 +389,51 @@ pub(crate) fn taken_lease(
     read
 }
 
-/// The last written Lease with a new renewTime and the holder's token
-/// recorded in [`TOKEN_ANNOTATION`].
+/// How far ahead of the holder's wall clock a renewTime it writes may be.
 ///
-/// The renewTime is strictly later than the last one, whatever the wall
-/// clock says: client-go candidates see a renewal only as a change of the
-/// record, so a renewal written with a wall clock standing still or
-/// stepped back would look like silence, and they would take the Lease
-/// while we renew it.
+/// The coordinated election controller judges a Lease expired once its
+/// renewTime plus leaseDurationSeconds has passed on its own clock: a
+/// renewTime an hour ahead (written once by a wrong wall clock) would keep
+/// a dead holder's Lease for that hour if each renewal only added to it.
+pub const RENEW_TIME_AHEAD_MAX: Duration = Duration::from_secs(1);
+
+/// The last written Lease with a new renewTime, our lease duration
+/// (`lease_seconds`) and the holder's token recorded in [`TOKEN_ANNOTATION`].
+///
+/// The duration is written again on every renewal, as client-go writes its
+/// whole record: a Lease re-read after a 409 may carry a duration someone
+/// else shortened, and other candidates count from what they read, while
+/// we count our renew deadline from ours.
+///
+/// The renewTime always differs from the last one: client-go candidates
+/// see a renewal only as a change of the record, so a renewal written with
+/// a wall clock standing still would look like silence, and they would
+/// take the Lease while we renew it. It is the last one plus a microsecond
+/// while that is after our wall clock by at most [`RENEW_TIME_AHEAD_MAX`],
+/// else our wall clock (which then differs from the last one too).
 pub(crate) fn renewed_lease(
     mut last: Lease,
     token: FencingToken,
     key: &GrantKey,
+    lease_seconds: i32,
     now: SystemTime,
 ) -> Lease {
     let note = format!("{token};{};{}", key.transitions, key.holder);
     set_note(&mut last, Some(note));
     let spec = last.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(key.holder.clone());
+    spec.lease_duration_seconds = Some(lease_seconds);
     let now = micro_time(now);
-    let after_last = spec.renew_time.as_ref().and_then(|t| {
-        t.0.checked_add(k8s_openapi::jiff::SignedDuration::from_micros(1))
-            .ok()
-    });
-    spec.renew_time = Some(match after_last {
-        Some(next) if next > now.0 => MicroTime(next),
+    let micros = |d: Duration| {
+        k8s_openapi::jiff::SignedDuration::from_micros(i64::try_from(d.as_micros()).unwrap_or(0))
+    };
+    let after_last = spec
+        .renew_time
+        .as_ref()
+        .and_then(|t| t.0.checked_add(micros(Duration::from_micros(1))).ok());
+    let bound = now.0.checked_add(micros(RENEW_TIME_AHEAD_MAX)).ok();
+    spec.renew_time = Some(match (after_last, bound) {
+        (Some(next), Some(bound)) if next > now.0 && next <= bound => MicroTime(next),
         _ => now,
     });
     last
@@ -461,6 +553,7 @@ mod tests {
             note: None,
             strategy: None,
             preferred: None,
+            acquired: false,
         }
     }
 
@@ -573,6 +666,31 @@ mod tests {
             decide(Some(&stale), t0),
             Coordinated::Take { transitions: 3 }
         );
+        // Our take before its first renewal: acquireTime set, no note yet
+        // (issue 54: a second acquire of the identity was granted here).
+        let taken = LeaseView {
+            acquired: true,
+            ..named("me")
+        };
+        assert_eq!(
+            decide(Some(&taken), t0 + Duration::from_secs(5)),
+            Coordinated::Wait
+        );
+        assert_eq!(
+            decide(Some(&taken), t0 + Duration::from_secs(6)),
+            Coordinated::Take { transitions: 3 }
+        );
+    }
+
+    /// A lock delay past what the clock can count is a configuration
+    /// error naming it (issue 54: `Instant + Duration::MAX` panicked).
+    #[test]
+    fn a_huge_lock_delay_is_refused_not_a_panic() {
+        let t0 = Instant::now();
+        match decide(Some(&view("other", 15, 4)), t0, t0, Duration::MAX) {
+            Err(Error::Config(msg)) => assert!(msg.contains("lock_delay"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -675,18 +793,23 @@ mod tests {
     #[test]
     fn expiry_counts_from_the_last_observed_change_on_our_clock() {
         let t0 = Instant::now();
-        let first = observe(None, "7", t0);
-        assert_eq!(first.at, t0, "a version never seen counts as changed now");
-        let same = observe(Some(&first), "7", t0 + Duration::from_secs(20));
-        assert_eq!(same.at, t0, "an unchanged version keeps its first sighting");
-        let moved = observe(Some(&same), "9", t0 + Duration::from_secs(21));
-        assert_eq!(moved.at, t0 + Duration::from_secs(21));
+        let mut seen = Seen::default();
+        let first = seen.observed_at("l", Some("7"), t0);
+        assert_eq!(first, t0, "a version never seen counts as changed now");
+        let same = seen.observed_at("l", Some("7"), t0 + Duration::from_secs(20));
+        assert_eq!(same, t0, "an unchanged version keeps its first sighting");
+        let moved_at = seen.observed_at("l", Some("9"), t0 + Duration::from_secs(21));
+        assert_eq!(moved_at, t0 + Duration::from_secs(21));
+        let gone = seen.observed_at("l", None, t0 + Duration::from_secs(22));
+        assert_eq!(gone, t0 + Duration::from_secs(22));
+        assert_eq!(seen.len(), 0, "an absent Lease is not remembered");
+
         // A renewing holder keeps its lease: each change restarts the wait.
         let held = view("h", 15, 1);
         assert!(matches!(
             decide(
                 Some(&held),
-                moved.at,
+                moved_at,
                 t0 + Duration::from_secs(30),
                 Duration::ZERO
             )
@@ -696,13 +819,40 @@ mod tests {
         assert!(matches!(
             decide(
                 Some(&held),
-                same.at,
+                same,
                 t0 + Duration::from_secs(30),
                 Duration::ZERO
             )
             .unwrap(),
             Decision::Take { .. }
         ));
+    }
+
+    /// A long-lived source that reads 100,000 distinct Leases over 20
+    /// minutes remembers those read lately, not all of them (issue 54: it
+    /// kept every one, 100,000 entries), and a Lease still being read is
+    /// never forgotten, so its waiter's count is not restarted.
+    #[test]
+    fn leases_nobody_reads_are_forgotten() {
+        let t0 = Instant::now();
+        let mut seen = Seen::default();
+        let step = Duration::from_millis(12);
+        let mut at = t0;
+        let mut most = 0;
+        for i in 0..100_000u32 {
+            at += step;
+            seen.observed_at(&format!("lease-{i}"), Some("1"), at);
+            // A waiter reads the same Lease every 2 s throughout.
+            if i % 166 == 0 {
+                assert_eq!(seen.observed_at("waited-on", Some("5"), at), t0 + step);
+            }
+            most = most.max(seen.len());
+        }
+        let recent = (FORGET_AFTER.as_millis() / step.as_millis()) as usize;
+        assert!(most <= 2 * recent + 2, "{most} Leases remembered at once");
+        // What an entry costs, roughly: the name, the version, two instants.
+        let bytes = most * (std::mem::size_of::<Observed>() + 2 * 16 + 16);
+        assert!(bytes < 8 << 20, "about {bytes} bytes");
     }
 
     #[test]
@@ -723,9 +873,13 @@ mod tests {
             holder: "me".into(),
             transitions: 3,
         };
-        let renewed = renewed_lease(read.clone(), FencingToken::new(40), &key, now);
+        // Someone shortened the duration: the renewal writes ours again
+        // (issue 54: it kept the 1 s it re-read after a 409).
+        read.spec.as_mut().unwrap().lease_duration_seconds = Some(1);
+        let renewed = renewed_lease(read.clone(), FencingToken::new(40), &key, 15, now);
         let v = LeaseView::of(&renewed);
         assert_eq!(v.note.as_deref(), Some("40;3;me"));
+        assert_eq!(v.duration, Duration::from_secs(15));
         let taken = taken_lease(renewed, "you", 6, 4, now);
         let v = LeaseView::of(&taken);
         assert_eq!(v.rv, "41", "the read version stays as the precondition");
@@ -737,10 +891,13 @@ mod tests {
         assert_eq!(v.duration, Duration::from_secs(1));
     }
 
-    /// A holder whose wall clock stands still or steps back still writes a
-    /// renewTime later than the last (seen failing: it wrote the same one).
+    /// A holder whose wall clock stands still or steps back a little still
+    /// writes a renewTime later than the last (seen failing: it wrote the
+    /// same one); one far behind the last writes its own clock, which
+    /// differs from the last too, rather than run ahead of it (issue 54:
+    /// it wrote the last plus a microsecond, an hour ahead, for good).
     #[test]
-    fn renew_time_always_moves_forward() {
+    fn renew_time_always_changes_and_stays_near_the_wall_clock() {
         let now = SystemTime::now();
         let key = GrantKey {
             namespace: "ns".into(),
@@ -754,10 +911,11 @@ mod tests {
         let mut last = renew_time(&lease);
         for wall in [
             now,
-            now - Duration::from_secs(60),
+            now,
+            now - Duration::from_millis(500),
             now + Duration::from_secs(1),
         ] {
-            lease = renewed_lease(lease, FencingToken::new(7), &key, wall);
+            lease = renewed_lease(lease, FencingToken::new(7), &key, 15, wall);
             let written = renew_time(&lease);
             assert!(
                 written > last,
@@ -766,6 +924,22 @@ mod tests {
             last = written;
         }
         assert_eq!(last, micro_time(now + Duration::from_secs(1)).0);
+        for behind in [Duration::from_secs(60), Duration::from_secs(3600)] {
+            let wall = now - behind;
+            lease = renewed_lease(lease, FencingToken::new(7), &key, 15, wall);
+            let written = renew_time(&lease);
+            assert_ne!(written, last, "a renewal must change the record");
+            assert_eq!(written, micro_time(wall).0, "{behind:?} behind the last");
+            last = written;
+        }
+        // Standing still at a renewTime written at the bound: still a change.
+        let wall = now - Duration::from_secs(3600);
+        for _ in 0..3 {
+            lease = renewed_lease(lease, FencingToken::new(7), &key, 15, wall);
+            let written = renew_time(&lease);
+            assert!(written > last && written <= micro_time(wall + RENEW_TIME_AHEAD_MAX).0);
+            last = written;
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use fencing_core::backend::{GrantBackend, LeaseTracker};
+use fencing_core::backend::{GrantBackend, LeaseTracker, SentAt, FAR_FUTURE};
 use fencing_core::{Error, FencingToken, LossReason, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use tokio::sync::Mutex as AsyncMutex;
@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::candidate::Candidate;
 use crate::client::Leases;
+use crate::config::lease_seconds;
 use crate::error::Failure;
 use crate::record::{released_lease, renewed_lease, GrantKey, LeaseView};
 use fencing_core::LeaderTimings;
@@ -119,10 +120,12 @@ impl GrantBackend for KubeGrant {
     /// also when the caller stops waiting (the retries run in a task of
     /// the source, which `close()` waits for); the precondition keeps a
     /// late retry from clearing anyone else's record.
-    async fn release(self: Box<Self>) -> Result<()> {
+    async fn release(mut self: Box<Self>) -> Result<()> {
         self.stop.cancel();
         let (leases, state) = (self.leases.clone(), self.state.clone());
-        let (candidate, release_for) = (self.candidate.clone(), self.release_for);
+        // Moved, not cloned: `leave` withdraws a candidacy only when no
+        // one else of this source holds it.
+        let (candidate, release_for) = (self.candidate.take(), self.release_for);
         let released = self.background.spawn(async move {
             let mut held = state.lock().await;
             let mut backoff = Backoff::within(release_for);
@@ -164,8 +167,9 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn within(limit: std::time::Duration) -> Self {
+        let now = Instant::now();
         Backoff {
-            give_up: Instant::now() + limit,
+            give_up: now.checked_add(limit).unwrap_or(now + FAR_FUTURE),
             pause: std::time::Duration::from_millis(100),
         }
     }
@@ -173,17 +177,21 @@ impl Backoff {
     /// Logs the failed attempt and waits before the next; false (without
     /// waiting) when the next would start too late.
     pub(crate) async fn pause(&mut self, what: &str, lease: &str, error: &Error) -> bool {
-        if Instant::now() + self.pause >= self.give_up {
+        if !self.next_in_time() {
             return false;
         }
         tracing::warn!(lease, error = %error, retry_in = ?self.pause, "{what} failed; retrying");
         self.wait().await
     }
 
+    fn next_in_time(&self) -> bool {
+        Instant::now() + self.pause < self.give_up
+    }
+
     /// Waits before the next look; false (without waiting) when the next
     /// would start too late.
     pub(crate) async fn wait(&mut self) -> bool {
-        if Instant::now() + self.pause >= self.give_up {
+        if !self.next_in_time() {
             return false;
         }
         tokio::time::sleep(self.pause).await;
@@ -243,8 +251,8 @@ async fn renew_loop(
         if stop.is_cancelled() {
             return;
         }
-        let sent = Instant::now();
-        match renew_once(&leases, &mut held).await {
+        let sent = SentAt::now();
+        match renew_once(&leases, &mut held, lease_seconds(&timings)).await {
             Ok(()) => {
                 if !tracker.renewed(sent, timings.renew_deadline) {
                     return;
@@ -281,12 +289,24 @@ fn asked_to_yield(held: &Held) -> std::result::Result<(), Renewal> {
 /// One renewal: replace with our last version. A 409 is re-read: if the
 /// Lease still names this grant (same holder, transitions and UID), the
 /// write that moved it was one of ours whose reply was lost, or a change by
-/// someone who is not a candidate (an annotation); candidates always write
-/// their own identity. Then we go on from what we read.
-async fn renew_once(leases: &Leases, held: &mut Held) -> std::result::Result<(), Renewal> {
+/// someone who is not a candidate (an annotation, the election
+/// controller's fields); candidates always write their own identity. Then
+/// we go on from what we read, with our own lease duration written again.
+async fn renew_once(
+    leases: &Leases,
+    held: &mut Held,
+    lease_seconds: i32,
+) -> std::result::Result<(), Renewal> {
     let name = held.key.name.clone();
     for _ in 0..2 {
-        let next = renewed_lease(held.lease.clone(), held.token, &held.key, SystemTime::now());
+        let now = SystemTime::now();
+        let next = renewed_lease(
+            held.lease.clone(),
+            held.token,
+            &held.key,
+            lease_seconds,
+            now,
+        );
         match leases.replace(&next).await {
             Ok(lease) => {
                 held.lease = lease;
@@ -325,4 +345,19 @@ async fn renew_once(leases: &Leases, held: &mut Held) -> std::result::Result<(),
         leases.call("renew", &name).to_string(),
         "the Lease kept changing (409) while still naming us",
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A release limit past what the clock can count gives up never, not
+    /// with a panic (issue 54: `Instant + Duration::MAX` overflowed).
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_limit_does_not_overflow_the_clock() {
+        let mut backoff = Backoff::within(std::time::Duration::MAX);
+        assert!(backoff.wait().await);
+        let mut none = Backoff::within(std::time::Duration::ZERO);
+        assert!(!none.wait().await);
+    }
 }

@@ -1,12 +1,11 @@
 //! KubeLeaseSource: the FencingSource over coordination.k8s.io/v1 Leases.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use fencing_core::backend::{
-    ensure_same_source, jittered, IfHeld, LeaseTracker, RawSource, JITTER_FACTOR,
+    ensure_same_source, jittered, IfHeld, LeaseTracker, RawSource, SentAt, JITTER_FACTOR,
 };
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LeaderTimings,
@@ -22,8 +21,8 @@ use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
 use crate::error::Failure;
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
-    decide, decide_coordinated, new_lease, observe, parse_rv, released_lease, taken_lease,
-    write_fate, Coordinated, Decision, GrantKey, LeaseView, Observed, WriteFate,
+    decide, decide_coordinated, new_lease, parse_rv, released_lease, taken_lease, write_fate,
+    Coordinated, Decision, GrantKey, LeaseView, Seen, WriteFate,
 };
 use crate::session::{Backoff, Held, KubeGrant};
 
@@ -64,7 +63,7 @@ struct Inner {
     holder: String,
     /// When each Lease's resourceVersion was last seen to change, on our
     /// monotonic clock: the base of expiry.
-    seen: Mutex<HashMap<String, Observed>>,
+    seen: Mutex<Seen>,
     /// Grant writes in flight and their clean-up (see `write_owned`).
     background: TaskTracker,
 }
@@ -131,7 +130,7 @@ impl KubeLeaseSource {
                 identity: SourceId::new(format!("kube:{cluster}/{namespace}")),
                 options,
                 holder: default_holder_identity(),
-                seen: Mutex::new(HashMap::new()),
+                seen: Mutex::default(),
                 background: TaskTracker::new(),
             }),
         })
@@ -158,18 +157,7 @@ impl KubeLeaseSource {
     /// When we last saw `name` change, updated with what we just read.
     fn observed_at(&self, name: &str, rv: Option<&str>, now: Instant) -> Instant {
         let mut seen = self.inner.seen.lock().unwrap_or_else(|p| p.into_inner());
-        match rv {
-            None => {
-                seen.remove(name);
-                now
-            }
-            Some(rv) => {
-                let next = observe(seen.get(name), rv, now);
-                let at = next.at;
-                seen.insert(name.to_owned(), next);
-                at
-            }
-        }
+        seen.observed_at(name, rv, now)
     }
 
     /// Waits (or, with `wait == false`, tries once) for the resource.
@@ -348,7 +336,7 @@ impl KubeLeaseSource {
         let (answer_tx, answer) = tokio::sync::oneshot::channel();
         let (this, resource) = (self.clone(), resource.clone());
         self.inner.background.spawn(async move {
-            let sent = Instant::now();
+            let sent = SentAt::now();
             let (result, unknown) = this
                 .write_grant(&resource, &lease, create, sent, timings, candidate)
                 .await;
@@ -377,7 +365,7 @@ impl KubeLeaseSource {
         resource: &ResourceName,
         lease: &Lease,
         create: bool,
-        sent: Instant,
+        sent: SentAt,
         timings: LeaderTimings,
         candidate: Option<Candidate>,
     ) -> (Result<Option<Grant>>, bool) {
@@ -479,7 +467,7 @@ impl KubeLeaseSource {
         resource: &ResourceName,
         lease: Lease,
         holder: &str,
-        sent: Instant,
+        sent: SentAt,
         timings: LeaderTimings,
         candidate: Option<Candidate>,
     ) -> Result<Grant> {

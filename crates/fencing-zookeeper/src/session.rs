@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::backend::{LeaseGroup, LeaseTracker};
+use fencing_core::backend::{LeaseGroup, LeaseTracker, SentAt};
 use fencing_core::{Credentials, Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -141,7 +141,7 @@ pub(crate) struct Session {
 
 impl Session {
     pub(crate) async fn connect(cfg: &ZkConfig) -> Result<Session> {
-        let sent = Instant::now();
+        let sent = SentAt::now();
         let dialer = Dialer::new(cfg).await?;
         let client = match tokio::time::timeout(cfg.request_timeout, dialer.dial(None)).await {
             Ok(Ok(client)) => client,
@@ -386,7 +386,7 @@ async fn heartbeat(client: Client, dialer: Dialer, group: Arc<LeaseGroup>) {
                 }
             }
             _ = tokio::time::sleep(period) => {
-                let sent = Instant::now();
+                let sent = SentAt::now();
                 let confirmed = confirmed_by_quorum(&client);
                 if let Ok(true) = tokio::time::timeout(timeout / 3, confirmed).await {
                     if !group.renewed(sent, lease_ttl(timeout)) {

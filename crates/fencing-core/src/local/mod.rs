@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
-use crate::lease::LeaseTracker;
+use crate::lease::{LeaseTracker, SentAt};
 use crate::resource::ResourceName;
 use crate::source::{
     default_holder_identity, ensure_same_source, AcquireOptions, IfHeld, RawSource,
@@ -150,7 +149,7 @@ impl LocalSource {
         holder: &str,
         lock_delay: Duration,
     ) -> Result<std::result::Result<Grant, Duration>> {
-        let sent = Instant::now();
+        let sent = SentAt::now();
         let (r, h) = (resource.clone(), holder.to_owned());
         let outcome = self
             .blocking(move |s| s.lock()?.try_grant(&r, &h, ttl, lock_delay))
@@ -201,7 +200,7 @@ async fn renew_loop(source: LocalSource, info: GrantInfo, lease: LeaseTracker) {
         if source.inner.renewals_paused.load(Ordering::SeqCst) {
             continue;
         }
-        let sent = Instant::now();
+        let sent = SentAt::now();
         let (r, t, ttl) = (info.resource.clone(), info.token, info.ttl);
         match source.blocking(move |s| s.lock()?.renew(&r, t, ttl)).await {
             Ok(None) => {
