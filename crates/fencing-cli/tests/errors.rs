@@ -145,6 +145,51 @@ fn lock_names_follow_the_portable_rule_on_every_backend() {
     );
 }
 
+/// However the URL spells its password (an encoded name, an encoded `=`,
+/// the authority), `fence` neither prints it in its error nor logs it at
+/// debug level: a URL refused while parsing (exit 2) and one that parses
+/// but names a cluster nobody listens on (exit 1).
+#[test]
+fn no_spelling_of_a_password_leaks_into_errors_or_debug_logs() {
+    let port = closed_port();
+    let cases = [
+        (
+            "etcd://127.0.0.1:1/locks?user=u&pass%77ord=SECRET-7&bogus=1".to_owned(),
+            2,
+        ),
+        (
+            "zk://127.0.0.1:1/locks?user=u&PASS%57ORD=SECRET-7&ttl".to_owned(),
+            2,
+        ),
+        ("etcd://127.0.0.1:1/locks?password%3DSECRET-7".to_owned(), 2),
+        ("etcd://u:SECRET-7@127.0.0.1:1/locks".to_owned(), 2),
+        ("etcd://u%3ASECRET-7@127.0.0.1:1/locks".to_owned(), 2),
+        (
+            format!("etcd://127.0.0.1:{port}/locks?timeout=1&user=u&pass%77ord=SECRET-7"),
+            1,
+        ),
+        (
+            format!("zk://127.0.0.1:{port}/locks?timeout=1&user=u&pass%77ord=SECRET-7"),
+            1,
+        ),
+    ];
+    for (url, code) in cases {
+        let out = fence()
+            .env("RUST_LOG", "debug")
+            .args(["run", "--source", &url, "--lock", "jobs", "--", "true"])
+            .output()
+            .expect("run fence");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(code), "{url}: {text}");
+        assert!(text.contains("--source"), "{url}: {text}");
+        assert!(!text.contains("SECRET"), "{url}: {text}");
+    }
+}
+
 /// A password in the source URL is never printed, in an error or in
 /// `--help`; the URL can come from `FENCING_SOURCE_URL` instead of argv.
 #[test]

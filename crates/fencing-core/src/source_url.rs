@@ -8,7 +8,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::connection::Credentials;
 use crate::error::{Error, Result};
-use crate::redact::redact_secrets;
+use crate::redact::{is_plain_name, redact_item, redact_name, redact_secrets};
 
 /// A source URL split into scheme, target and query parameters.
 ///
@@ -16,10 +16,13 @@ use crate::redact::redact_secrets;
 ///   lower case.
 /// - Keys and values are percent-decoded (`%26` is `&`, `%25` is `%`; `+`
 ///   stays `+`), so any password can be written.
-/// - A parameter given twice, an item without `=`, a fragment (`#`) and a
-///   key or value that is not UTF-8 once decoded are refused.
+/// - User info before the hosts (`user:password@`), a parameter given
+///   twice, an item without `=`, a fragment (`#`), a
+///   key or value that is not UTF-8 once decoded, and a key that is not
+///   ASCII letters, digits, `_`, `-` and `.` once decoded are refused.
 /// - Every error is an [`Error::Config`] quoting the URL with its
-///   passwords shown as `***`.
+///   passwords shown as `***`, found as this parser reads names (see
+///   [`redact_secrets`](crate::backend::redact_secrets)).
 ///
 /// ```
 /// use fencing_core::backend::UrlParts;
@@ -57,20 +60,45 @@ impl UrlParts {
             return Err(parts.error("a fragment ('#') means nothing here"));
         }
         let (target, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if target
+            .split('/')
+            .next()
+            .is_some_and(|authority| authority.contains('@'))
+        {
+            // No backend reads `user:password@`; left in, it would travel
+            // on as part of a host name and be quoted in connection errors.
+            return Err(parts.error(
+                "has user info ('...@') before its hosts; give user= and password= instead",
+            ));
+        }
         parts.scheme = scheme.to_ascii_lowercase();
         parts.target = target.to_owned();
         for item in query.split('&').filter(|item| !item.is_empty()) {
-            let Some((key, value)) = item.split_once('=') else {
-                let key = parts.decode(item)?;
-                return Err(parts.error(format!("query item {key:?} is not key=value")));
-            };
-            let (key, value) = (parts.decode(key)?, parts.decode(value)?);
+            let (key, value) = parts.param_of(item)?;
             if parts.param(&key).is_some() {
                 return Err(parts.error(format!("{key}= is given twice")));
             }
             parts.params.push((key, value));
         }
         Ok(parts)
+    }
+
+    /// One decoded `key=value` item. Messages quote the item as written,
+    /// with its secrets hidden, never decoded: decoding can turn
+    /// `password%3Dhunter2` into a password in plain sight.
+    fn param_of(&self, item: &str) -> Result<(String, String)> {
+        let Some((raw_key, raw_value)) = item.split_once('=') else {
+            let shown = redact_item(item);
+            return Err(self.error(format!("query item {shown:?} is not key=value")));
+        };
+        let key = self.decode(raw_key)?;
+        if !is_plain_name(&key) {
+            return Err(self.error(format!(
+                "parameter name {:?} is not letters, digits, '_', '-' and '.' once decoded",
+                redact_name(raw_key)
+            )));
+        }
+        Ok((key, self.decode(raw_value)?))
     }
 
     /// The scheme, in lower case.
@@ -185,6 +213,10 @@ mod tests {
             ("zk://h/x?ttl=1&ttl=2", "ttl= is given twice"),
             ("zk://h/x?t%74l=1&ttl=2", "ttl= is given twice"),
             ("zk://h/x?user=%ff", "not UTF-8"),
+            ("zk://h/x?a%20b=1", "\"a%20b\" is not letters"),
+            ("zk://u:p@h/x", "user info"),
+            ("zk://u%3Ap@h/x", "user info"),
+            ("zk://h/x?=1", "\"\" is not letters"),
         ] {
             let msg = message(url);
             assert!(
@@ -196,7 +228,56 @@ mod tests {
         assert!(!msg.contains("hunter2") && !msg.contains("again"), "{msg}");
     }
 
+    /// The parser decodes names, so whatever it reads as a password (or a
+    /// name that hides one behind an encoded `=`) never shows in an error
+    /// or in `Debug`.
+    #[test]
+    fn encoded_password_names_stay_hidden() {
+        for url in [
+            "zk://h:1/x?user=u&pass%77ord=SECRET&ttl",
+            "zk://h:1/x?pass%77ord=SECRET&ttl=1&ttl=2",
+            "zk://h:1/x?PASS%57ORD=SECRET#frag",
+            "zk://h:1/x?password%3DSECRET",
+            "zk://h:1/x?password%3DSECRET=1&password%3DSECRET=2",
+            "zk://h:1/x?password%3DSECRET=1",
+            "zk://u:SECRET@h:1/x?user=%ff",
+            "zk://u%3aSECRET@h:1/x?user=%ff",
+        ] {
+            let msg = message(url);
+            assert!(!msg.contains("SECRET"), "{url}: {msg}");
+        }
+        let u = UrlParts::parse("zk://h:1/x?user=u&pass%77ord=SECRET", "zk").unwrap();
+        assert_eq!(u.param("password"), Some("SECRET"));
+        assert!(!format!("{u:?}").contains("SECRET"), "{u:?}");
+    }
+
     proptest! {
+        /// Any spelling of a password name, any secret, any mistake after
+        /// it: the secret is in neither `Display` nor `Debug` of the error,
+        /// nor in `Debug` of a URL that parsed.
+        #[test]
+        fn no_secret_in_any_message(
+            key in prop_oneof![
+                crate::redact::tests::spelt("password"),
+                crate::redact::tests::spelt("sasl_password"),
+            ],
+            secret in "\\PC{0,12}",
+            eq in "(=|%3D|%3d)",
+            mistake in "(|&ttl|&ttl=1&ttl=2|&user=%ff|#f|&a%3Db=1|&password=x)",
+        ) {
+            let encoded: String = percent_encoding::utf8_percent_encode(
+                &format!("Zq{secret}"),
+                percent_encoding::NON_ALPHANUMERIC,
+            )
+            .collect();
+            let url = format!("zk://h:1/x?user=u&{key}{eq}{encoded}{mistake}");
+            let shown = match UrlParts::parse(&url, "zk") {
+                Ok(u) => format!("{u:?}"),
+                Err(e) => format!("{e} {e:?}"),
+            };
+            prop_assert!(!shown.contains("Zq"), "{url} -> {shown}");
+        }
+
         /// Any text: an answer, never a panic; a value encoded and decoded
         /// comes back as it was.
         #[test]
