@@ -108,23 +108,64 @@ pub(crate) async fn attempt(
             async move { c.txn(txn).await }
         })
         .await?;
-    let ops = resp.op_responses();
-    let rev = if resp.succeeded() {
-        resp.header().map(|h| h.revision()).unwrap_or(0)
-    } else {
-        first_kv_create(&ops[0]).unwrap_or(0)
+    let ops: Vec<OpRead> = resp.op_responses().iter().map(OpRead::of).collect();
+    let revision = resp.header().map(|h| h.revision());
+    read_attempt(resp.succeeded(), revision, &ops)
+}
+
+/// What the lock txns take from one operation of a txn reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpRead {
+    /// A read: the create revision of its first key, if it found one.
+    Get(Option<i64>),
+    /// A write (or a nested txn) where the txn may have sent one.
+    Other,
+}
+
+impl OpRead {
+    fn of(op: &TxnOpResponse) -> OpRead {
+        match op {
+            TxnOpResponse::Get(g) => OpRead::Get(g.kvs().first().map(|kv| kv.create_revision())),
+            _ => OpRead::Other,
+        }
+    }
+}
+
+/// The acquire txn's outcome from its reply: whether its compare held,
+/// the header's revision, and its two operations (a put or a read of my
+/// key, then the read of the oldest key). A reply of another shape (a
+/// buggy server or proxy) is an error, never an index out of bounds, and
+/// never a missing read taken for "no older key", which would grant a
+/// lock someone else owns.
+fn read_attempt(succeeded: bool, revision: Option<i64>, ops: &[OpRead]) -> Result<Attempt> {
+    let malformed = |why: String| Error::backend("etcd lock txn", why);
+    let [mine, oldest] = ops else {
+        return Err(malformed(format!(
+            "reply has {} operations where the txn sent 2",
+            ops.len()
+        )));
+    };
+    let rev = match (succeeded, mine) {
+        (true, _) => revision.unwrap_or(0),
+        (false, OpRead::Get(created)) => created.unwrap_or(0),
+        (false, OpRead::Other) => {
+            return Err(malformed(
+                "reply answers the read of my key with a write".into(),
+            ))
+        }
     };
     if rev <= 0 {
-        return Err(Error::backend(
-            "etcd lock txn",
-            "could not read back my own key",
-        ));
+        return Err(malformed("could not read back my own key".into()));
     }
-    let owner = first_kv_create(&ops[1]).is_none_or(|oldest| oldest == rev);
+    let OpRead::Get(oldest) = *oldest else {
+        return Err(malformed(
+            "reply answers the read of the oldest key with a write".into(),
+        ));
+    };
     Ok(Attempt {
         rev,
-        owner,
-        existed: !resp.succeeded(),
+        owner: oldest.is_none_or(|oldest| oldest == rev),
+        existed: !succeeded,
     })
 }
 
@@ -301,4 +342,55 @@ pub(crate) async fn owner(conn: &Conn, dir: &str) -> Result<Option<(String, i64)
         };
         (name, kv.create_revision())
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend_message(result: Result<Attempt>) -> String {
+        match result {
+            Err(Error::Backend { context, source }) => format!("{context}: {source}"),
+            Err(other) => panic!("expected a backend error, got {other:?}"),
+            Ok(a) => panic!(
+                "a malformed reply was read as rev {} owner {}",
+                a.rev, a.owner
+            ),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_reply_is_read() {
+        let created = read_attempt(true, Some(7), &[OpRead::Other, OpRead::Get(Some(7))]).unwrap();
+        assert!((created.rev, created.owner, created.existed) == (7, true, false));
+        let waiting = read_attempt(true, Some(9), &[OpRead::Other, OpRead::Get(Some(7))]).unwrap();
+        assert!(!waiting.owner);
+        let again =
+            read_attempt(false, Some(12), &[OpRead::Get(Some(9)), OpRead::Get(None)]).unwrap();
+        assert!((again.rev, again.owner, again.existed) == (9, true, true));
+    }
+
+    /// A reply with fewer operations than the txn sent (a buggy proxy or
+    /// server) is a backend error naming what is missing, never a panic.
+    #[test]
+    fn a_reply_missing_operations_is_a_backend_error() {
+        for (succeeded, ops) in [
+            (true, vec![]),
+            (true, vec![OpRead::Other]),
+            (false, vec![]),
+            (false, vec![OpRead::Get(Some(9))]),
+        ] {
+            let message = backend_message(read_attempt(succeeded, Some(9), &ops));
+            assert!(message.contains("where the txn sent 2"), "{ops:?}: {message}");
+        }
+    }
+
+    /// A write where the txn sent a read is not "no older key": taking it
+    /// for one would grant a lock someone else owns.
+    #[test]
+    fn a_write_where_a_read_was_sent_is_a_backend_error() {
+        let ops = [OpRead::Other, OpRead::Other];
+        let message = backend_message(read_attempt(true, Some(9), &ops));
+        assert!(message.contains("oldest key"), "{message}");
+    }
 }
