@@ -12,6 +12,13 @@ pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// client-go's default retry period (RetryPeriod).
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
+/// The longest timing [`LeaderTimings::check`] accepts: `i32::MAX` seconds,
+/// about 68 years. Kubernetes stores a Lease's duration as 32-bit seconds,
+/// so nothing longer could be written there anyway, and every deadline
+/// built from a checked timing (`Instant + Duration`, a jittered retry
+/// period) stays far inside what the clock types can count.
+const MAX_TIMING: Duration = Duration::from_secs(i32::MAX as u64);
+
 /// How long a lease lasts, how soon its holder without a renewal gives it
 /// up, and how often others look and retry: client-go's
 /// `LeaderElectionConfig` timings, with its names, defaults (15 s, 10 s,
@@ -91,10 +98,14 @@ impl LeaderTimings {
         }
     }
 
-    /// Checks client-go's rule: `retry_period > 0` and `lease_duration >
-    /// renew_deadline > 1.2 x retry_period`. The [`Error::Config`] names
-    /// the rule that failed.
+    /// Checks that each timing is at most `i32::MAX` seconds (about 68
+    /// years: what a Kubernetes Lease can store, and far from where a
+    /// deadline `now + timing` could overflow), then client-go's rule:
+    /// `retry_period > 0` and `lease_duration > renew_deadline > 1.2 x
+    /// retry_period`. The [`Error::Config`] names the field or the rule
+    /// that failed.
     pub fn check(&self) -> Result<()> {
+        self.check_bounds()?;
         let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
         if retry.is_zero() {
             return Err(Error::Config(
@@ -111,6 +122,23 @@ impl LeaderTimings {
             return Err(Error::Config(format!(
                 "renew_deadline ({renew:?}) must be greater than 1.2 x retry_period ({retry:?})"
             )));
+        }
+        Ok(())
+    }
+
+    /// Each timing at most [`MAX_TIMING`], checked before any rule that
+    /// compares or scales them.
+    fn check_bounds(&self) -> Result<()> {
+        for (field, value) in [
+            ("lease_duration", self.lease_duration),
+            ("renew_deadline", self.renew_deadline),
+            ("retry_period", self.retry_period),
+        ] {
+            if value > MAX_TIMING {
+                return Err(Error::Config(format!(
+                    "{field} ({value:?}) must be at most {MAX_TIMING:?} (i32::MAX seconds)"
+                )));
+            }
         }
         Ok(())
     }
@@ -155,6 +183,37 @@ mod tests {
             .renew_deadline(Duration::from_micros(12_001))
             .check()
             .is_ok());
+    }
+
+    /// A timing past the bound is refused by name, before any rule that
+    /// compares timings (where `Instant + Duration` would later overflow).
+    #[test]
+    fn durations_past_the_bound_are_refused_by_name() {
+        let message = |t: LeaderTimings| match t.check() {
+            Err(Error::Config(m)) => m,
+            other => panic!("{t:?}: {other:?}"),
+        };
+        let t = LeaderTimings::default();
+        let bound = Duration::from_secs(i32::MAX.unsigned_abs().into());
+        for (huge, field) in [
+            (t.lease_duration(Duration::MAX), "lease_duration"),
+            (t.renew_deadline(Duration::MAX), "renew_deadline"),
+            (t.retry_period(Duration::MAX), "retry_period"),
+            (
+                t.lease_duration(Duration::MAX)
+                    .renew_deadline(Duration::MAX / 2)
+                    .retry_period(Duration::MAX / 4),
+                "lease_duration",
+            ),
+            (
+                t.lease_duration(bound + Duration::from_nanos(1)),
+                "lease_duration",
+            ),
+        ] {
+            let m = message(huge);
+            assert!(m.contains(field) && m.contains("at most"), "{huge:?}: {m}");
+        }
+        t.lease_duration(bound).check().unwrap();
     }
 
     proptest! {

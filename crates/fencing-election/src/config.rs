@@ -126,6 +126,21 @@ mod tests {
         assert!(message(&ElectionConfig::new("")).contains("identity"));
     }
 
+    /// `Duration::MAX` in any timing is a config error naming it, never a
+    /// candidate whose deadlines overflow later.
+    #[test]
+    fn unbounded_timings_are_refused_by_name() {
+        let c = ElectionConfig::new("a");
+        for (huge, field) in [
+            (c.clone().lease_duration(Duration::MAX), "lease_duration"),
+            (c.clone().renew_deadline(Duration::MAX), "renew_deadline"),
+            (c.clone().retry_period(Duration::MAX), "retry_period"),
+        ] {
+            let m = message(&huge);
+            assert!(m.contains(field) && m.contains("at most"), "{m}");
+        }
+    }
+
     #[test]
     fn the_builders_set_the_timings_and_validate_checks_them() {
         let s = Duration::from_secs;

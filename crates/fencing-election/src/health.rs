@@ -98,7 +98,8 @@ impl LeaderHealth {
             return Ok(());
         };
         let since = Instant::now().saturating_duration_since(term.tracker.last_renewal());
-        if since <= term.info.ttl + self.tolerance {
+        // Saturating: a tolerance of Duration::MAX means "never unhealthy".
+        if since <= term.info.ttl.saturating_add(self.tolerance) {
             return Ok(());
         }
         Err(Error::lost(

@@ -276,6 +276,20 @@ mod tests {
         assert_eq!(reason, LossReason::ExpiredLocally);
     }
 
+    /// A tolerance of `Duration::MAX` means "never unhealthy", not an
+    /// overflow while a term is held.
+    #[tokio::test]
+    async fn an_unbounded_health_tolerance_is_always_healthy() {
+        let t = Arc::new(term(Duration::from_secs(15), Duration::from_secs(10)));
+        let current = crate::health::CurrentTerm::default();
+        let _held = current.hold(&t);
+        let health = crate::LeaderHealth {
+            current,
+            tolerance: Duration::MAX,
+        };
+        assert!(health.check().is_ok());
+    }
+
     #[tokio::test]
     async fn server_side_loss_is_reported_at_once() {
         let t = term(Duration::from_secs(15), Duration::from_secs(10));

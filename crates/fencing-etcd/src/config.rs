@@ -12,6 +12,15 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// Default limit for one request to the cluster.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest lease etcd grants (its `MaxLeaseTTL`, 3.4 and 3.6); it
+/// refuses a longer one.
+const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
+
+/// The longest request timeout: `i32::MAX` seconds (about 68 years), as for
+/// election timings; every request's deadline is now + this, which must not
+/// overflow the clock.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(i32::MAX as u64);
+
 /// How to reach an etcd cluster and where the locks live.
 ///
 /// ```
@@ -61,6 +70,8 @@ impl EtcdConfig {
     }
 
     /// Sets the session TTL (rounded up to whole seconds, at least 1 s).
+    /// One above etcd's longest lease (9,000,000,000 s) is refused with
+    /// [`Error::Config`] when the source connects.
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = whole_seconds(ttl);
@@ -138,6 +149,30 @@ impl EtcdConfig {
         Ok(cfg)
     }
 
+    /// The session TTL for an acquire that asked for `asked` (this
+    /// config's TTL when it did not ask), rounded up to whole seconds; one
+    /// longer than etcd grants is an [`Error::Config`] naming the TTL.
+    pub(crate) fn ttl_for(&self, asked: Option<Duration>) -> Result<Duration> {
+        let ttl = asked.map_or(self.ttl, whole_seconds);
+        check_ttl(ttl)?;
+        Ok(ttl)
+    }
+
+    /// The durations a source counts with are within what etcd grants and
+    /// the clock can count (the fields are public, so `new` cannot be the
+    /// only check).
+    pub(crate) fn check_durations(&self) -> Result<()> {
+        check_ttl(self.ttl)?;
+        if self.request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(Error::Config(format!(
+                "etcd request_timeout ({:?}) must be at most {MAX_REQUEST_TIMEOUT:?} \
+                 (i32::MAX seconds)",
+                self.request_timeout
+            )));
+        }
+        Ok(())
+    }
+
     fn check(&self) -> Result<()> {
         if self.endpoints.is_empty() || self.endpoints.iter().any(|e| !is_host_port(e)) {
             return Err(Error::Config(format!(
@@ -162,8 +197,21 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl > MAX_TTL {
+        return Err(Error::Config(format!(
+            "etcd ttl ({ttl:?}) must be at most {MAX_TTL:?}, the longest lease etcd grants"
+        )));
+    }
+    Ok(())
+}
+
+/// Rounded up, at least 1 s; saturating, so `Duration::MAX` stays huge
+/// (and is refused by [`check_ttl`]) instead of wrapping round to 1 s.
 fn whole_seconds(ttl: Duration) -> Duration {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
     Duration::from_secs(secs.max(1))
 }
 
@@ -220,6 +268,48 @@ mod tests {
             c.tls.unwrap().cert,
             Some(std::path::PathBuf::from("/u.pem"))
         );
+    }
+
+    fn config_message(result: Result<impl std::fmt::Debug>) -> String {
+        match result {
+            Err(Error::Config(m)) => m,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    /// An acquire asking for `Duration::MAX` gets a config error naming
+    /// the TTL, not an overflow (nor, without overflow checks, a TTL
+    /// wrapped round to 1 s).
+    #[test]
+    fn an_unbounded_acquire_ttl_is_refused_by_name() {
+        let cfg = EtcdConfig::new(["h:1"], "/x").unwrap();
+        assert_eq!(cfg.ttl_for(None).unwrap(), DEFAULT_TTL);
+        assert_eq!(
+            cfg.ttl_for(Some(Duration::from_millis(2500))).unwrap(),
+            Duration::from_secs(3)
+        );
+        let m = config_message(cfg.ttl_for(Some(Duration::MAX)));
+        assert!(m.contains("ttl") && m.contains("at most"), "{m}");
+    }
+
+    /// `Duration::MAX` as the TTL or the request timeout: a config error
+    /// naming the field when the source connects, before any request
+    /// (whose deadline, now + timeout, would overflow).
+    #[tokio::test]
+    async fn unbounded_durations_are_refused_by_name_at_connect() {
+        let cfg = EtcdConfig::new(["127.0.0.1:1"], "/x").unwrap();
+        let mut huge_ttl = cfg.clone();
+        huge_ttl.ttl = Duration::MAX;
+        for (huge, field) in [
+            (huge_ttl, "ttl"),
+            (
+                cfg.clone().request_timeout(Duration::MAX),
+                "request_timeout",
+            ),
+        ] {
+            let m = config_message(crate::EtcdSource::connect(huge).await);
+            assert!(m.contains(field) && m.contains("at most"), "{m}");
+        }
     }
 
     #[test]

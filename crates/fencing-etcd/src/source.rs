@@ -124,8 +124,11 @@ impl std::fmt::Debug for EtcdSource {
 
 impl EtcdSource {
     /// Connects and reads the cluster id (the source identity). An
-    /// unreachable cluster gives [`Error::Timeout`] naming the endpoints.
+    /// unreachable cluster gives [`Error::Timeout`] naming the endpoints; a
+    /// TTL above etcd's longest lease (9,000,000,000 s) or a request
+    /// timeout above `i32::MAX` seconds gives [`Error::Config`] naming it.
     pub async fn connect(cfg: EtcdConfig) -> Result<Self> {
+        cfg.check_durations()?;
         let conn = Conn::connect(&cfg).await?;
         let probe = GetOptions::new().with_count_only();
         let resp = conn
@@ -256,9 +259,7 @@ impl EtcdSource {
     ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
         fencing_core::backend::refuse_lock_delay(opts, "etcd")?;
-        let ttl = opts
-            .ttl
-            .map_or(self.inner.cfg.ttl, |t| self.inner.cfg.clone().ttl(t).ttl);
+        let ttl = self.inner.cfg.ttl_for(opts.ttl)?;
         let holder = opts
             .holder
             .clone()
