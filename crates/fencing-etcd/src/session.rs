@@ -206,7 +206,8 @@ impl Renewer {
     /// # Why a renewal needs a quorum read after it
     ///
     /// etcd answers a keep-alive on the leader from its lessor alone: 3.4
-    /// asks no one, and 3.6's `ensureLeadership` passes while the member
+    /// before 3.4.31 (Debian's 3.4.23 among them) asks no one, and the
+    /// `ensureLeadership` of 3.4.31 on and 3.6 passes while the member
     /// still ticks. A leader cut off from its peers therefore renews leases
     /// until CheckQuorum deposes it, up to two of its election timeouts
     /// after the cut, while the others elect a leader whose lessor gives
@@ -214,35 +215,46 @@ impl Renewer {
     /// then revokes it (the renewal was never replicated: renewals are not
     /// raft entries). Counting such a renewal overlaps the next holder.
     ///
-    /// So after the keep-alive's reply, which carries the raft term `T` of
-    /// the member that answered, we send a linearizable read, which etcd
-    /// serves only after its leader has heard a quorum acknowledge a
-    /// heartbeat sent after the read arrived (ReadIndex), and count the
-    /// renewal only if the read's term is also `T`.
+    /// So each keep-alive is followed by a linearizable read, and the
+    /// renewal counts only when both replies carry the same `raft_term`.
+    /// That field is not the answering member's current term but the term
+    /// of the last entry it has applied (etcd 3.4 and 3.6 alike). A
+    /// keep-alive's header is filled as the request arrives, before the
+    /// member renews it or forwards it to the leader; a read's header after
+    /// the read was served.
     ///
-    /// Argument: let `s` be the keep-alive's send time. The read reaches
-    /// the cluster after the reply, so after `s`, and its term `T` means the
-    /// leader of term `T` had a quorum `Q` acknowledge it after `s`. Suppose
-    /// a leader of a higher term `T'` had been elected before `s`: a quorum
-    /// `Q'` had then taken term `T'` before `s`; `Q` and `Q'` share a
-    /// member, which after `s` could not have acknowledged a term-`T`
-    /// heartbeat (raft rejects messages of lower terms). So every leader
-    /// after `T` is elected after `s`, and its lessor's promotion gives our
-    /// lease at least TTL from then, later than what we count (TTL from `s`,
-    /// less the drift margin). The leader of term `T` itself renewed at or
-    /// after `s`. Our deadline is thus never past the lease's end on any
-    /// leader of term `T` or later.
+    /// Argument. Let `s` be the keep-alive's send time, `K` its reply's
+    /// term and `V` the read's. etcd serves the read only after the leader
+    /// of some term `R` heard a quorum `Q` acknowledge a heartbeat sent
+    /// after the read arrived (so after `s`), and only once the member has
+    /// applied an entry that leader committed in `R`; so `V >= R`.
+    /// 1. Every leader elected before `s` has a term of at most `R`: a
+    ///    quorum that took a higher term before `s` would share a member
+    ///    with `Q`, and raft refuses a heartbeat of a lower term.
+    /// 2. The member that took the keep-alive had applied an entry of term
+    ///    `K`, so its own term was at least `K`, and it only grows. It
+    ///    renews on its own lessor only while it leads, and otherwise
+    ///    forwards to the leader it knows for its current term: the lessor
+    ///    that renewed belongs to a leader of a term `L >= K`, and renewed
+    ///    at or after `s`.
     ///
-    /// The argument takes the keep-alive to have been renewed by the leader
-    /// of the term in its reply. That holds when the leader answered it,
-    /// and when a follower forwarded it in the term it reports. A follower
-    /// that took a higher term between forwarding to a deposed leader and
-    /// answering would break it: that needs a deposed leader that still
-    /// reaches the follower but not a quorum, so five members or more, and
-    /// a follower that learns the new term (which its quorum had for at
-    /// least a tenth of the TTL plus an election timeout) exactly while
-    /// its forward is in flight. We know of no way to see it from the
-    /// client and accept it.
+    /// With `K == V`: `L >= V >= R`, so by 1 every leader of a term above
+    /// `L` (and the renewer itself, if `L > R`) was elected after `s`, and
+    /// a new leader's lessor gives each lease at least a TTL from its
+    /// promotion. Our deadline, TTL from `s` less the drift margin, is thus
+    /// never past the lease's end on the renewer or any later leader.
+    ///
+    /// This holds for any cluster size. A follower that forwards to a
+    /// leader deposed before `s` fixed `K <= L` before forwarding, while
+    /// that leader's successor has a term above `L` and at most `R <= V`
+    /// (by 1): `K < V`, and the renewal is refused, even if the follower
+    /// learns the new term while its forward is in flight.
+    ///
+    /// Behind etcd's grpc-proxy the argument fails: the proxy renews each
+    /// lease on its own schedule and hands whichever reply comes next to a
+    /// waiting client, so a keep-alive may be answered by a renewal sent
+    /// before `s`. The docs say the proxy is not supported; nothing in the
+    /// reply tells it apart (its headers are the members').
     ///
     /// When the read fails, times out, or reports another term, the renewal
     /// is not counted and is tried again: a deposed leader cannot vouch for
