@@ -15,6 +15,7 @@
 
 mod config;
 mod gate;
+mod heartbeat;
 mod lock;
 mod session;
 mod source;

@@ -1,10 +1,11 @@
-//! A ZooKeeper session and our own heartbeat on it.
+//! A ZooKeeper session: its client, its lease, and how it is closed.
 //!
 //! Ephemeral lock nodes live as long as the session. Expiry is terminal:
 //! every grant of the session is lost. While disconnected the session may
 //! still live on the server, so a grant counts as lost only once the
-//! negotiated timeout could have passed there: our heartbeat renews the
-//! shared lease from the *send* time of each answered request, and the
+//! negotiated timeout could have passed there: our heartbeat
+//! ([`crate::heartbeat`]) renews the shared lease from the send time of
+//! an answered request that the leader is known to have heard of, and the
 //! local deadline fires when the answers stop. A session whose lease
 //! fired that way is then closed (see [`close`]), so that its nodes do not
 //! outlive the loss we reported.
@@ -20,6 +21,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, SaslOptions, SessionInfo, SessionState, StateWatcher, TlsOptions};
 
 use crate::config::ZkConfig;
+use crate::heartbeat::{heartbeat, Vouching};
 
 /// A client handle with the settings every call needs.
 #[derive(Clone)]
@@ -87,21 +89,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// kill, pause or restart with quorum intact (integration/tests/tests/timing.rs).
 const RIDES_THROUGH_FAILOVER: Duration = Duration::from_secs(6);
 
-/// How long an answered heartbeat keeps the lease, of the session timeout.
-///
-/// The leader expires a session a session timeout after it last heard of
-/// it, and it hears of a request that came through a follower only in that
-/// follower's answer to its next ping, up to tickTime/2 later (it does not
-/// count forwarded requests). A session can thus expire up to tickTime/2
-/// earlier than a session timeout after our send time; ZooKeeper refuses
-/// sessions shorter than two ticks unless minSessionTimeout is set lower,
-/// so a quarter of the timeout covers it. The core's drift margin comes on
-/// top. `zk::partitions` failed on a loaded machine without it: the next
-/// holder was granted before the cut-off holder's deadline.
-fn lease_ttl(session: Duration) -> Duration {
-    session - session / 4
-}
-
 /// Runs `read` after a `sync`, pipelined on one connection: the server
 /// answers the read only after it caught up with what the leader had
 /// committed when it answered the sync, and a follower cut off from its
@@ -109,7 +96,7 @@ fn lease_ttl(session: Duration) -> Duration {
 /// both on its own until it steps down, so only reads whose staleness errs
 /// on the safe side may rely on this (a lock node seen that is gone makes a
 /// waiter wait longer); anything that vouches for time goes through a
-/// quorum ([`confirmed_by_quorum`]).
+/// quorum (the heartbeat's quorum transaction).
 pub(crate) async fn after_sync<T>(
     client: &Client,
     read: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
@@ -149,8 +136,15 @@ impl Session {
             Err(_) => return Err(connect_error(cfg, zookeeper_client::Error::Timeout).await),
         };
         let timeout = client.session_timeout();
-        let group = Arc::new(LeaseGroup::new(sent, lease_ttl(timeout)));
-        let heartbeat = tokio::spawn(heartbeat(client.clone(), dialer.clone(), group.clone()));
+        // The leader started the session's timeout when it created it.
+        let group = Arc::new(LeaseGroup::new(sent, timeout));
+        let vouching = Vouching::new(timeout, sent, Instant::now());
+        let heartbeat = tokio::spawn(heartbeat(
+            client.clone(),
+            dialer.clone(),
+            group.clone(),
+            vouching,
+        ));
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,
@@ -217,7 +211,7 @@ impl Drop for Session {
 /// How to open a connection to the ensemble with the configured auth and
 /// TLS: for the session itself, and again to close it.
 #[derive(Clone)]
-struct Dialer {
+pub(crate) struct Dialer {
     connector: zookeeper_client::Connector,
     hosts: String,
     secure: bool,
@@ -356,66 +350,6 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
     Some(each.join("; "))
 }
 
-/// Every timeout/6 a quorum round trip ([`confirmed_by_quorum`]), each
-/// given up to timeout/3 (a new leader's election); each
-/// answered one renews the shared lease from its send time for
-/// [`lease_ttl`]. A terminal session state loses everything at once.
-///
-/// Why a quorum: the leader expires a session a session timeout after it
-/// last heard of it, and a new leader a session timeout after it took
-/// over. A follower cut off from its leader answers reads for up to
-/// syncLimit x tickTime, and a leader cut off from its followers answers
-/// reads and `sync`s until it counts syncLimit ticks without a quorum, by
-/// which time the followers may have elected a new leader that expires the
-/// session first. A transaction is answered only once a quorum logged it,
-/// and any later leader was elected by a member of that quorum after it
-/// did, so after the request was sent and with the session's full timeout
-/// ahead. `zk::partitions` in the integration tests makes both partitions.
-async fn heartbeat(client: Client, dialer: Dialer, group: Arc<LeaseGroup>) {
-    let timeout = client.session_timeout();
-    // Often enough that the lease, 0.675 of the timeout, outlasts an
-    // election right after a renewal (integration/tests/tests/timing.rs).
-    let period = timeout / 6;
-    let mut states = client.state_watcher();
-    let ended = loop {
-        tokio::select! {
-            _ = group.lease().lost() => break None,
-            state = states.changed() => {
-                if state.is_terminated() {
-                    break Some(state);
-                }
-            }
-            _ = tokio::time::sleep(period) => {
-                let sent = SentAt::now();
-                let confirmed = confirmed_by_quorum(&client);
-                if let Ok(true) = tokio::time::timeout(timeout / 3, confirmed).await {
-                    if !group.renewed(sent, lease_ttl(timeout)) {
-                        break None;
-                    }
-                }
-            }
-        }
-    };
-    if let Some(state) = ended {
-        group.lose(
-            LossReason::SessionExpired,
-            &format!("ZooKeeper session {state:?}"),
-        );
-        return;
-    }
-    if group.lease().loss_reason() == Some(LossReason::Released) {
-        // Closed by its source, which closes it at the server too.
-        return;
-    }
-    group.lose(
-        LossReason::ExpiredLocally,
-        "ZooKeeper session may have expired: no answer within the session timeout",
-    );
-    let session = client.session().clone();
-    drop(client);
-    close(&dialer, session, states).await;
-}
-
 /// How many times [`close`] tries before it leaves the session to expire.
 const CLOSE_ATTEMPTS: u32 = 60;
 
@@ -429,7 +363,7 @@ const CLOSE_ATTEMPTS: u32 = 60;
 /// and closes it; until the ensemble answers, it tries again. Done when the
 /// close was answered, when the server says the session is gone, or when
 /// the first client's own state says so.
-async fn close(dialer: &Dialer, session: SessionInfo, states: StateWatcher) {
+pub(crate) async fn close(dialer: &Dialer, session: SessionInfo, states: StateWatcher) {
     let pause = (dialer.request_timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(5));
     for attempt in 1..=CLOSE_ATTEMPTS {
         if states.peek_state().is_terminated() {
@@ -456,17 +390,6 @@ async fn close(dialer: &Dialer, session: SessionInfo, states: StateWatcher) {
         tokio::time::sleep(pause).await;
     }
     tracing::warn!(session = ?session.id(), "could not close a ZooKeeper session whose lease was lost; it ends when the server expires it");
-}
-
-/// A multi holding one version check of `/` (any version): a transaction
-/// that changes nothing, answered only after a quorum of the current
-/// leader's ensemble logged it, and refused if the session has expired.
-async fn confirmed_by_quorum(client: &Client) -> bool {
-    let mut writer = client.new_multi_writer();
-    if writer.add_check_version("/", -1).is_err() {
-        return false;
-    }
-    writer.commit().await.is_ok()
 }
 
 #[cfg(test)]
