@@ -5,7 +5,8 @@
 //! plays the storage and runs the gates: the check lives where the data
 //! lives, not in the client.
 //!
-//! Usage: holder URL RESOURCE GO_FILE (any URL `fencing::connect` opens)
+//! Usage: holder URL RESOURCE GO_FILE [HOLDER] (any URL `fencing::connect`
+//! opens; HOLDER is the holder identity, the source's default without it)
 //! Prints: `GRANTED <token>` / `WRITE <token>` / `READY` / `WRITE <token>`
 
 use std::path::PathBuf;
@@ -16,19 +17,20 @@ use fencing::{AcquireOptions, ResourceName};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, resource, go] = args.as_slice() else {
-        return Err("usage: holder URL RESOURCE GO_FILE".into());
+    let (url, resource, go, holder) = match args.as_slice() {
+        [url, resource, go] => (url, resource, go, None),
+        [url, resource, go, holder] => (url, resource, go, Some(holder.clone())),
+        _ => return Err("usage: holder URL RESOURCE GO_FILE [HOLDER]".into()),
     };
     let source = fencing::connect(url).await?;
     let resource = ResourceName::new(resource.as_str())?;
     // Long enough for a waiting candidate to outlast a killed holder's
     // 15 s lease (failover-bench).
-    let grant = source
-        .acquire(
-            &resource,
-            &AcquireOptions::new().timeout(Duration::from_secs(60)),
-        )
-        .await?;
+    let mut options = AcquireOptions::new().timeout(Duration::from_secs(60));
+    if let Some(holder) = holder {
+        options = options.holder(holder);
+    }
+    let grant = source.acquire(&resource, &options).await?;
     println!("GRANTED {}", grant.token());
     println!("WRITE {}", grant.token());
     println!("READY");

@@ -283,3 +283,150 @@ pub(super) async fn a_coordinated_acquire_names_what_is_missing(f: &KubeFixture)
         other => panic!("a user without LeaseCandidate rights: {other:?}"),
     }
 }
+
+/// The LeaseCandidate named `name`, if any.
+async fn candidate_named(f: &KubeFixture, name: &str) -> Option<LeaseCandidate> {
+    let candidates: Api<LeaseCandidate> =
+        Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    candidates.get_opt(name).await.unwrap()
+}
+
+/// A second acquire of an identity that leads is not granted while the
+/// first grant lives: the same source at once, before the first renewal
+/// records the token (issue 54, item 1: it was granted, and the first
+/// grant learned of it only at its next renewal), and another source of
+/// the same identity, a pod restarted under its old name. The same
+/// source's unanswered `try_acquire` leaves the shared candidacy alone
+/// (item 2: it deleted the LeaseCandidate the first grant stands on).
+pub(super) async fn a_second_acquire_of_a_leading_identity_is_not_granted(f: &KubeFixture) {
+    const SAME: &str = "coordinated-same";
+    let source = candidate(f, "1.36.0", "1.36.0").await;
+    let first = acquire_on(SAME, &source, "a-0")
+        .await
+        .unwrap()
+        .expect("a-0 is elected");
+    let lease = ResourceName::new(SAME).unwrap();
+    let as_a0 = AcquireOptions::new().holder("a-0");
+    match source.try_acquire(&lease, &as_a0).await {
+        Ok(None) => {}
+        other => panic!("a second grant of a-0 while the first is live: {other:?}"),
+    }
+    assert!(
+        candidate_named(f, "a-0").await.is_some(),
+        "the first grant's candidacy was deleted"
+    );
+    let restarted = candidate(f, "1.36.0", "1.36.0").await;
+    match restarted.try_acquire(&lease, &as_a0).await {
+        Ok(None) => {}
+        other => panic!("a restarted a-0 granted while the first is live: {other:?}"),
+    }
+    assert!(first.is_live(), "{:?}", first.lease().loss_reason());
+    assert!(source.validate(&first).await.unwrap());
+    first.release().await.unwrap();
+    for s in [&source, &restarted] {
+        s.close().await.unwrap();
+    }
+}
+
+/// One source, holder "x", two Leases at once: the controller writes the
+/// candidate's name, the identity, into holderIdentity, so one identity
+/// stands for one Lease at a time in a namespace. The second acquire is
+/// refused by name, and x's candidacy still names the first Lease (item 2:
+/// it was moved to the second, and deleted when that acquire ended).
+pub(super) async fn one_identity_stands_for_one_lease(f: &KubeFixture) {
+    let source = candidate(f, "1.36.0", "1.36.0").await;
+    let first = acquire_on("coordinated-x-a", &source, "x")
+        .await
+        .unwrap()
+        .expect("x is elected for the first Lease");
+    let other = ResourceName::new("coordinated-x-b").unwrap();
+    match source
+        .try_acquire(&other, &AcquireOptions::new().holder("x"))
+        .await
+    {
+        Err(Error::Config(msg)) => {
+            assert!(msg.contains("one Lease at a time"), "{msg}");
+            assert!(msg.contains("coordinated-x-a"), "{msg}");
+        }
+        other => panic!("x for a second Lease: {other:?}"),
+    }
+    let standing = candidate_named(f, "x").await.expect("x's candidacy");
+    assert_eq!(standing.spec.unwrap().lease_name, "coordinated-x-a");
+    first.release().await.unwrap();
+    source.close().await.unwrap();
+    assert!(
+        candidate_named(f, "x").await.is_none(),
+        "released and closed, x left its candidate"
+    );
+}
+
+/// A renewTime an hour ahead (a wall clock once wrong) is brought back by
+/// the holder's next renewal: after the holder is killed, the controller,
+/// which judges expiry by renewTime + leaseDurationSeconds on its own
+/// clock, elects another candidate within 30 s (issue 54, item 4: every
+/// renewal wrote the last renewTime plus a microsecond, an hour ahead).
+pub(super) async fn a_renew_time_far_ahead_does_not_outlive_its_holder(f: &KubeFixture) {
+    const AHEAD: &str = "coordinated-ahead";
+    let holder_bin = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
+    let url = format!(
+        "{}&coordinated=true&binary_version=1.36.0",
+        f.url(KubeUser::LeaseCandidate)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let holder = Reaped::spawn(
+        std::process::Command::new(holder_bin)
+            .args([url.as_str(), AHEAD])
+            .arg(dir.path().join("go"))
+            .arg("old-0"),
+    )
+    .expect("start the holder");
+    let (holder, granted) = tokio::task::spawn_blocking(move || {
+        let line = holder.next_line(ELECTION);
+        (holder, line)
+    })
+    .await
+    .unwrap();
+    assert!(
+        granted.as_deref().is_some_and(|l| l.starts_with("GRANTED")),
+        "the holder is elected: {granted:?}"
+    );
+    let leases: Api<Lease> = Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let hour_ahead =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let ahead = serde_json::json!({ "spec": { "renewTime": MicroTime(hour_ahead) } });
+    leases
+        .patch(AHEAD, &PatchParams::default(), &Patch::Merge(&ahead))
+        .await
+        .unwrap();
+    // Two retry periods: the holder's renewal meets the 409, re-reads, and
+    // writes again.
+    let renew_time = || async {
+        let lease = leases.get(AHEAD).await.unwrap();
+        lease.spec.and_then(|s| s.renew_time).unwrap().0
+    };
+    let settled = async {
+        while renew_time().await
+            > k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), settled)
+        .await
+        .unwrap_or_else(|_| panic!("the holder kept writing a renewTime an hour ahead"));
+    let next = candidate(f, "1.36.0", "1.36.0").await;
+    let waiting = acquire_on(AHEAD, &next, "new-0");
+    drop(holder.kill_and_collect());
+    let killed = std::time::Instant::now();
+    let grant = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("another candidate elected within 30 s of the kill")
+        .unwrap()
+        .expect("new-0 is elected");
+    println!(
+        "new-0 elected {} ms after the holder was killed",
+        killed.elapsed().as_millis()
+    );
+    grant.release().await.unwrap();
+    next.close().await.unwrap();
+}

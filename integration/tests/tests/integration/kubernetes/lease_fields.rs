@@ -12,7 +12,7 @@ use fencing::{AcquireOptions, Error, FencingSource, LossReason};
 use fencing_harness::fixture::resource as r;
 use fencing_harness::kubernetes::cluster::KubeUser;
 use fencing_harness::kubernetes::fixture::{KubeFixture, TEST_LEASE};
-use fencing_kube::KubeLeaseSource;
+use fencing_kube::{KubeLeaseSource, LeaseOptions};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
@@ -26,6 +26,10 @@ async fn lease_fields_are_written_whole_and_honoured() {
     super::coordinated::a_coordinated_acquire_names_what_is_missing(&f).await;
     super::coordinated::the_controller_elects_and_moves_leadership(&f).await;
     super::coordinated::client_go_and_ours_share_an_election(&f).await;
+    super::coordinated::a_second_acquire_of_a_leading_identity_is_not_granted(&f).await;
+    super::coordinated::one_identity_stands_for_one_lease(&f).await;
+    super::coordinated::a_renew_time_far_ahead_does_not_outlive_its_holder(&f).await;
+    a_shortened_lease_duration_is_written_back(&f, &leases).await;
 }
 
 /// Other candidates wait `leaseDurationSeconds`, so it must never be written
@@ -130,4 +134,55 @@ async fn leases_of_the_coordinated_election_are_left_to_it(f: &KubeFixture, leas
     let next = b.acquire(&moved, &wait).await.unwrap();
     assert!(next.token() > token, "{} after {token}", next.token());
     next.release().await.unwrap();
+}
+
+/// An administrator shortens a held Lease's leaseDurationSeconds to 1 s.
+/// The holder's next renewal writes its own duration again (issue 54,
+/// item 7: it kept the 1 s it re-read after the 409, on every renewal, so a
+/// candidate polling faster than the holder renews took the Lease between
+/// two renewals and was granted before the holder's `lost()`). From then
+/// on a candidate polling every 200 ms is not granted while the holder
+/// renews every 2 s. (Between the administrator's write and that renewal
+/// only the gate protects: other candidates count from what they read.)
+async fn a_shortened_lease_duration_is_written_back(f: &KubeFixture, leases: &Api<Lease>) {
+    let slow = LeaseOptions::default()
+        .request_timeout(Duration::from_secs(2))
+        .cluster(f.options().cluster.unwrap());
+    let holder = KubeLeaseSource::connect(f.config(KubeUser::LeaseUser).options(slow))
+        .await
+        .unwrap();
+    let fast = f
+        .options()
+        .lease_duration(Duration::from_secs(2))
+        .renew_deadline(Duration::from_secs(1))
+        .retry_period(Duration::from_millis(200));
+    let eager = KubeLeaseSource::connect(f.config(KubeUser::LeaseUser).options(fast))
+        .await
+        .unwrap();
+    let lease = r("shortened");
+    let held = holder
+        .acquire(&lease, &AcquireOptions::new())
+        .await
+        .unwrap();
+    let written = |l: Lease| l.spec.and_then(|s| s.lease_duration_seconds);
+    let short = serde_json::json!({ "spec": { "leaseDurationSeconds": 1 } });
+    leases
+        .patch("shortened", &PatchParams::default(), &Patch::Merge(&short))
+        .await
+        .unwrap();
+    let restored = async {
+        while written(leases.get("shortened").await.unwrap()) != Some(15) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), restored)
+        .await
+        .unwrap_or_else(|_| panic!("the holder kept writing the shortened duration"));
+    let wait = AcquireOptions::new().timeout(Duration::from_secs(5));
+    match eager.acquire(&lease, &wait).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("a candidate got the Lease its holder renews: {other:?}"),
+    }
+    assert!(held.is_live(), "{:?}", held.lease().loss_reason());
+    held.release().await.unwrap();
 }
