@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 use fencing_core::backend::jittered;
 use fencing_core::{Error, ResourceName, Result};
@@ -108,9 +109,24 @@ pub(crate) async fn attempt(
             async move { c.txn(txn).await }
         })
         .await?;
-    let ops: Vec<OpRead> = resp.op_responses().iter().map(OpRead::of).collect();
+    let ops: Vec<OpRead> = op_responses(&resp, "etcd lock txn")?
+        .iter()
+        .map(OpRead::of)
+        .collect();
     let revision = resp.header().map(|h| h.revision());
     read_attempt(resp.succeeded(), revision, &ops)
+}
+
+/// The operations of a txn reply; a reply that lacks an operation's result
+/// is an error naming `what` (etcd-client's `op_responses` would panic).
+pub(crate) fn op_responses(resp: &TxnResponse, what: &str) -> Result<Vec<TxnOpResponse>> {
+    if resp.0.responses.iter().any(|op| op.response.is_none()) {
+        return Err(Error::backend(
+            what,
+            "txn answered an operation without its result",
+        ));
+    }
+    Ok(resp.op_responses())
 }
 
 /// What the lock txns take from one operation of a txn reply.
@@ -207,7 +223,7 @@ pub(crate) async fn wait_for_predecessors(
                 async move { c.txn(look).await }
             })
             .await?;
-        let ops = resp.op_responses();
+        let ops = op_responses(&resp, "etcd lock wait")?;
         if ops.len() != 2 {
             return Err(Error::backend(
                 "etcd lock wait",
@@ -348,6 +364,23 @@ pub(crate) async fn owner(conn: &Conn, dir: &str) -> Result<Option<(String, i64)
 mod tests {
     use super::*;
 
+    /// An operation without its result (etcd-client's `op_responses`
+    /// unwraps it) is a backend error, not a panic (issue 54, item 6).
+    #[test]
+    fn an_operation_without_its_result_is_a_backend_error() {
+        use etcd_client::proto::{PbResponseOp, PbTxnResponse};
+        let reply = TxnResponse(PbTxnResponse {
+            responses: vec![PbResponseOp { response: None }],
+            ..PbTxnResponse::default()
+        });
+        match op_responses(&reply, "etcd lock txn") {
+            Err(Error::Backend { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        let empty = TxnResponse(PbTxnResponse::default());
+        assert!(op_responses(&empty, "etcd lock txn").unwrap().is_empty());
+    }
+
     fn backend_message(result: Result<Attempt>) -> String {
         match result {
             Err(Error::Backend { context, source }) => format!("{context}: {source}"),
@@ -381,7 +414,10 @@ mod tests {
             (false, vec![OpRead::Get(Some(9))]),
         ] {
             let message = backend_message(read_attempt(succeeded, Some(9), &ops));
-            assert!(message.contains("where the txn sent 2"), "{ops:?}: {message}");
+            assert!(
+                message.contains("where the txn sent 2"),
+                "{ops:?}: {message}"
+            );
         }
     }
 
