@@ -30,7 +30,7 @@ async fn main() -> Result<(), Error> {
 
     // `fenced` re-acquires and redoes the work when the store refuses the
     // token (someone newer wrote first) or the grant is lost meanwhile.
-    let token = fencing::fenced(&*source, &ledger)
+    let token = fencing::fenced(&source, &ledger)
         .options(options)
         .attempts(3)
         .run(|grant| {

@@ -137,7 +137,7 @@ pub async fn observe(args: ObserveArgs) -> Result<()> {
     let mut observer = elector.observe();
     loop {
         let next = tokio::select! {
-            n = observer.next() => n,
+            n = observer.changed() => n,
             _ = crate::interrupted() => return Ok(()),
         };
         match next {

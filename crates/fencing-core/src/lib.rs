@@ -59,7 +59,7 @@ mod token;
 
 pub use connection::{Credentials, TlsFiles};
 pub use error::{BoxError, Error, Result};
-pub use fenced::{fenced, Fenced, DEFAULT_ATTEMPTS};
+pub use fenced::{fenced, Fenced, WorkError, DEFAULT_ATTEMPTS};
 #[cfg(feature = "local")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local")))]
 pub use gate::FileGate;

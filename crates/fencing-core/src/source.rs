@@ -105,6 +105,14 @@ impl AcquireOptions {
 /// Object safe: keep one as `Arc<dyn FencingSource>` and switch backends by
 /// configuration.
 ///
+/// # Handing a source over
+///
+/// Every source of this workspace is a cheap `Clone` handle, as kube-rs's
+/// `Client` is, and so is `Arc<dyn FencingSource>`. What keeps a source
+/// (`LeaderElector::new`, `ValidatingGate::new`) takes it by value: pass a
+/// clone. What only uses one for a call (`fenced`) borrows it: pass `&source`,
+/// whatever its type (`&etcd`, `&arc`, `&*boxed`).
+///
 /// Backends do not implement this trait: they implement
 /// [`RawSource`](crate::backend::RawSource), and every `RawSource` is a
 /// `FencingSource`.
@@ -265,6 +273,53 @@ impl<T: RawSource> FencingSource for T {
 
     async fn close(&self) -> Result<()> {
         RawSource::close(self).await
+    }
+}
+
+/// A shared source is a source: `Arc<dyn FencingSource>` (what `connect`
+/// returns) and `Arc<EtcdSource>` go wherever a source is asked for.
+///
+/// (`Box<S>` and `&S` cannot have the same: every [`RawSource`] is a
+/// `FencingSource`, and a `Box` or reference of another crate's type may
+/// implement `RawSource` there. Borrow the source instead: the functions
+/// that only use a source for a call take `&S` with `S: ?Sized`, so
+/// `&*boxed` is one; those that keep it take it by value.)
+#[async_trait]
+impl<S: FencingSource + ?Sized> FencingSource for std::sync::Arc<S> {
+    fn identity(&self) -> &SourceId {
+        (**self).identity()
+    }
+
+    async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        (**self).acquire(resource, options).await
+    }
+
+    async fn try_acquire(
+        &self,
+        resource: &ResourceName,
+        options: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
+        (**self).try_acquire(resource, options).await
+    }
+
+    async fn lock(&self, name: &str) -> Result<Grant> {
+        (**self).lock(name).await
+    }
+
+    async fn lock_within(&self, name: &str, wait: Duration) -> Result<Grant> {
+        (**self).lock_within(name, wait).await
+    }
+
+    async fn validate(&self, grant: &Grant) -> Result<bool> {
+        (**self).validate(grant).await
+    }
+
+    async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {
+        (**self).holder(resource).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        (**self).close().await
     }
 }
 

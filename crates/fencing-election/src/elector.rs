@@ -49,16 +49,17 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    /// A candidate for `election` on `source`; refuses an invalid
-    /// configuration with [`Error::Config`].
+    /// A candidate for `election` on `source` (any source by value: a
+    /// clone of yours, or the `Arc<dyn FencingSource>` `connect` returns);
+    /// refuses an invalid configuration with [`Error::Config`].
     pub fn new(
-        source: Arc<dyn FencingSource>,
+        source: impl FencingSource + 'static,
         election: ResourceName,
         config: ElectionConfig,
     ) -> Result<Self> {
         config.check()?;
         Ok(LeaderElector {
-            source,
+            source: Arc::new(source),
             election,
             config,
             current: CurrentTerm::default(),

@@ -31,7 +31,7 @@
 //! leadership.resign().await?;
 //!
 //! let mut followers = elector.observe();
-//! assert_eq!(followers.next().await?, None); // nobody leads now
+//! assert_eq!(followers.changed().await?, None); // nobody leads now
 //! # Ok(()) }
 //! ```
 

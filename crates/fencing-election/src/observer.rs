@@ -49,7 +49,7 @@ pub struct Observer {
     query_timeout: Duration,
     /// What was last reported; `None` before the first report.
     reported: Option<Option<Leader>>,
-    /// The query in flight. Kept across calls, so a cancelled `next()` loses
+    /// The query in flight. Kept across calls, so a cancelled `changed()` loses
     /// nothing: the next call resumes it.
     query: Option<Query>,
     /// When the next query may start; `None` before the first.
@@ -82,7 +82,7 @@ impl Observer {
     /// # Cancel safety
     ///
     /// Dropping the future loses no change: the next call reports it.
-    pub async fn next(&mut self) -> Result<Option<Leader>> {
+    pub async fn changed(&mut self) -> Result<Option<Leader>> {
         std::future::poll_fn(|cx| self.poll_change(cx)).await
     }
 

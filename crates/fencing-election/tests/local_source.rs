@@ -164,7 +164,7 @@ async fn run_returns_the_output_and_resigns() {
 
 /// The observer's next report, within [`PATIENCE`].
 async fn next(o: &mut Observer) -> Option<Leader> {
-    timeout(PATIENCE, o.next())
+    timeout(PATIENCE, o.changed())
         .await
         .expect("no change seen")
         .unwrap()
@@ -287,7 +287,7 @@ fn elector_futures_are_send() {
     send(e.campaign());
     send(e.run(|ctx| async move { ctx.token() }));
     let mut o = e.observe();
-    send(o.next());
+    send(o.changed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

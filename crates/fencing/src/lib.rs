@@ -73,8 +73,8 @@ pub use fencing_core::{
     default_holder_identity, fenced, AcquireOptions, BoxError, Credentials, Error, Fenced,
     FencingSource, FencingToken, Gate, Grant, GrantInfo, HolderInfo, LeaderTimings, LeaseView,
     LossReason, Mark, MemoryGate, ResourceName, Result, SourceId, TlsFiles, ValidatingGate,
-    DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, MAX_RESOURCE_LEN,
-    PORTABLE_RULE,
+    WorkError, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
+    MAX_RESOURCE_LEN, PORTABLE_RULE,
 };
 /// The file-backed parts; feature `local` (on by default).
 #[cfg(feature = "local")]

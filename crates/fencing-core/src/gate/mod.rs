@@ -126,6 +126,47 @@ pub trait Gate: Send + Sync {
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
 }
 
+/// A gate behind a pointer is a gate: `Arc<G>`, `Box<G>` and `&G` (also of
+/// `dyn Gate`) go wherever a gate is asked for.
+macro_rules! forward_gate {
+    ($($pointer:ty),*) => {$(
+        #[async_trait]
+        impl<G: Gate + ?Sized> Gate for $pointer {
+            async fn admit_with(
+                &self,
+                resource: &ResourceName,
+                source: Option<&SourceId>,
+                token: FencingToken,
+            ) -> Result<()> {
+                (**self).admit_with(resource, source, token).await
+            }
+
+            async fn admit_grant(&self, grant: &GrantInfo) -> Result<()> {
+                (**self).admit_grant(grant).await
+            }
+
+            async fn admit_from(
+                &self,
+                resource: &ResourceName,
+                source: &SourceId,
+                token: FencingToken,
+            ) -> Result<()> {
+                (**self).admit_from(resource, source, token).await
+            }
+
+            async fn admit_any_source(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
+                (**self).admit_any_source(resource, token).await
+            }
+
+            async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+                (**self).high_water(resource).await
+            }
+        }
+    )*};
+}
+
+forward_gate!(std::sync::Arc<G>, Box<G>, &G);
+
 /// A resource's high-water mark and the source it is bound to (`None`
 /// until a bound admit sets it, or when read from an old gate file).
 #[derive(Clone, Debug, PartialEq, Eq)]

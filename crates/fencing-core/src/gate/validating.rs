@@ -65,10 +65,14 @@ pub struct ValidatingGate<G> {
 
 impl<G: Gate> ValidatingGate<G> {
     /// Wraps `inner`, checking raises with `source`, the one source whose
-    /// tokens this gate admits.
+    /// tokens this gate admits (any source by value: a clone of yours, or
+    /// the `Arc<dyn FencingSource>` `connect` returns).
     #[must_use]
-    pub fn new(inner: G, source: Arc<dyn FencingSource>) -> Self {
-        ValidatingGate { inner, source }
+    pub fn new(inner: G, source: impl FencingSource + 'static) -> Self {
+        ValidatingGate {
+            inner,
+            source: Arc::new(source),
+        }
     }
 
     /// The wrapped gate.
@@ -79,8 +83,8 @@ impl<G: Gate> ValidatingGate<G> {
 
     /// The source asked before a raise.
     #[must_use]
-    pub fn source(&self) -> &Arc<dyn FencingSource> {
-        &self.source
+    pub fn source(&self) -> &dyn FencingSource {
+        &*self.source
     }
 
     /// Passes a token at or below the mark unchecked; a token that would

@@ -329,7 +329,7 @@ async fn leadership_never_overlaps(backend: Backend) {
 }
 
 async fn next(observer: &mut Observer) -> Option<Leader> {
-    timeout(PATIENCE, observer.next())
+    timeout(PATIENCE, observer.changed())
         .await
         .expect("the observer saw no change")
         .expect("observe")
