@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing::core::backend::redact_secrets;
+use fencing::core::__private::redact_secrets;
 use fencing::{Error, FencingSource, ResourceName};
 
 use crate::failure::{Failure, Result};
@@ -39,7 +39,7 @@ pub fn classify(e: Error, context: &str) -> Failure {
 
 /// Parses decimal seconds (`15`, `0.5`) for duration flags.
 pub fn seconds(text: &str) -> std::result::Result<Duration, String> {
-    fencing::core::backend::positive_seconds(text)
+    fencing::core::__private::positive_seconds(text)
         .ok_or_else(|| format!("{text:?} is not a positive number of seconds"))
 }
 

@@ -1,20 +1,24 @@
-//! For authors of backends and gates, not for their users: the writable
-//! lease tracker and the lease group a renewal loop drives, the release
-//! retry loop, the token and source rules every gate applies, and the
-//! small checks the backends share. An application that only takes grants
-//! and guards writes needs none of this.
+//! For authors of backends and gates, not for their users: the trait a
+//! backend implements ([`RawSource`]), the writable lease tracker and the
+//! lease group a renewal loop drives, the release retry loop, and the
+//! token and source rules every gate applies. An application that only
+//! takes grants and guards writes needs none of this.
+//!
+//! # Stability
+//!
+//! This module follows the crate's version like the rest of the API, but
+//! it is the part most likely to change before 1.0: a 0.x minor release may
+//! change it, and says so in the changelog under "Changed (breaking), for
+//! backend authors". Helpers the workspace's own backends share (URL
+//! parsing, jitter, redaction, the metric recorders) are not here: they are
+//! in a hidden module with no stability at all.
 
-pub use crate::error::connect_failure;
 pub use crate::gate::{check_fixed_source, check_source, check_token, next_mark};
 pub use crate::grant::{release_until_lost, GrantBackend};
-pub use crate::jitter::{jittered, JITTER_FACTOR};
 pub use crate::lease::{
     drift_margin, local_deadline, LeaseGroup, LeaseTracker, SentAt, FAR_FUTURE,
 };
-pub use crate::redact::{redact_secrets, REDACTED};
-pub use crate::settings::{is_host_port, positive_seconds};
 pub use crate::source::{ensure_same_source, with_timeout, IfHeld, RawSource};
-pub use crate::source_url::UrlParts;
 
 use crate::grant::{Grant, GrantInfo};
 

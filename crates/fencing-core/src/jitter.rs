@@ -14,7 +14,7 @@ pub const JITTER_FACTOR: f64 = 1.2;
 ///
 /// ```
 /// use std::time::Duration;
-/// use fencing_core::backend::jittered;
+/// use fencing_core::__private::jittered;
 ///
 /// let d = jittered(Duration::from_secs(2), 1.2);
 /// assert!(d >= Duration::from_secs(2) && d <= Duration::from_millis(4400));

@@ -75,3 +75,16 @@ pub use timings::{
     LeaderTimings, DEFAULT_LEASE_DURATION, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD,
 };
 pub use token::FencingToken;
+
+/// Helpers the crates of this workspace share (URL parsing, jitter,
+/// redaction, the metric recorders). Not part of the API: no stability,
+/// anything here may change or go in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::error::connect_failure;
+    pub use crate::jitter::{jittered, JITTER_FACTOR};
+    pub use crate::metrics::{acquire_finished, gate_refused, grant_lost, leader_status};
+    pub use crate::redact::{redact_secrets, REDACTED};
+    pub use crate::settings::{is_host_port, positive_seconds};
+    pub use crate::source_url::UrlParts;
+}

@@ -9,6 +9,9 @@
 //! | `fencing_grants_lost_total` | counter | `reason` ([`LossReason`] in snake case) | grants that ended, counted once each when the loss is seen |
 //! | `fencing_gate_refusals_total` | counter | `kind` = `stale` / `foreign_source` / `unnamed_source` / `unknown_token` | writes a gate refused |
 //! | `fencing_leader_status` | gauge | `election` | 1 while this process leads the election, else 0 (client-go's `leader_election_master_status`) |
+//!
+//! The names are stable API; the functions that record them are the
+//! workspace's own (hidden, no stability).
 
 use std::time::Duration;
 
@@ -25,6 +28,7 @@ pub const GATE_REFUSALS: &str = "fencing_gate_refusals_total";
 pub const LEADER_STATUS: &str = "fencing_leader_status";
 
 /// Records one acquire call and how it ended.
+#[doc(hidden)]
 pub fn acquire_finished(elapsed: Duration, granted: bool) {
     #[cfg(feature = "metrics")]
     {
@@ -36,6 +40,7 @@ pub fn acquire_finished(elapsed: Duration, granted: bool) {
 }
 
 /// Counts a grant's loss (call once per grant).
+#[doc(hidden)]
 pub fn grant_lost(reason: LossReason) {
     #[cfg(feature = "metrics")]
     metrics::counter!(GRANTS_LOST, "reason" => reason.label()).increment(1);
@@ -44,6 +49,7 @@ pub fn grant_lost(reason: LossReason) {
 }
 
 /// Counts a gate's refusal; errors that are not refusals are ignored.
+#[doc(hidden)]
 pub fn gate_refused(error: &Error) {
     let kind = match error {
         Error::Stale { .. } => "stale",
@@ -59,6 +65,7 @@ pub fn gate_refused(error: &Error) {
 }
 
 /// Sets whether this process leads `election`.
+#[doc(hidden)]
 pub fn leader_status(election: &str, leading: bool) {
     #[cfg(feature = "metrics")]
     metrics::gauge!(LEADER_STATUS, "election" => election.to_owned()).set(if leading {

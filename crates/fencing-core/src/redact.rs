@@ -29,7 +29,7 @@ const SECRET_WORDS: [&str; 4] = ["pass", "pwd", "secret", "token"];
 /// The rest stays, so a message still shows which URL was meant.
 ///
 /// ```
-/// use fencing_core::backend::redact_secrets;
+/// use fencing_core::__private::redact_secrets;
 ///
 /// assert_eq!(
 ///     redact_secrets("etcd://10.0.0.1:2379/locks?user=app&password=hunter2&ttl=5"),

@@ -25,7 +25,7 @@ use crate::redact::{is_plain_name, redact_item, redact_name, redact_secrets};
 ///   [`redact_secrets`](crate::backend::redact_secrets)).
 ///
 /// ```
-/// use fencing_core::backend::UrlParts;
+/// use fencing_core::__private::UrlParts;
 ///
 /// let url = UrlParts::parse("ETCD://h:2379/locks?user=app&password=a%26b", "etcd")?;
 /// assert_eq!((url.scheme(), url.target()), ("etcd", "h:2379/locks"));

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fencing_core::backend::{jittered, JITTER_FACTOR};
+use fencing_core::__private::{jittered, JITTER_FACTOR};
 use fencing_core::{AcquireOptions, Error, FencingSource, GrantInfo, ResourceName, Result};
 
 use crate::config::ElectionConfig;

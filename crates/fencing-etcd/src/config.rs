@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, UrlParts};
+use fencing_core::__private::{is_host_port, positive_seconds, UrlParts};
 use fencing_core::{Credentials, Error, Result, TlsFiles};
 
 /// Default session TTL (Go `concurrency.NewSession` uses 60 s; shorter

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use fencing_core::backend::jittered;
+use fencing_core::__private::jittered;
 use fencing_core::{Error, Result};
 
 use crate::config::EtcdConfig;
@@ -283,9 +283,9 @@ async fn with_tls(_: ConnectOptions, _: &fencing_core::TlsFiles) -> Result<Conne
 /// etcd_client's error has no `source()`: start from what it wraps.
 fn connect_problem(e: &etcd_client::Error) -> Option<String> {
     match e {
-        etcd_client::Error::GRpcStatus(status) => fencing_core::backend::connect_failure(status),
-        etcd_client::Error::TransportError(t) => fencing_core::backend::connect_failure(t),
-        etcd_client::Error::IoError(io) => fencing_core::backend::connect_failure(io),
+        etcd_client::Error::GRpcStatus(status) => fencing_core::__private::connect_failure(status),
+        etcd_client::Error::TransportError(t) => fencing_core::__private::connect_failure(t),
+        etcd_client::Error::IoError(io) => fencing_core::__private::connect_failure(io),
         _ => None,
     }
 }

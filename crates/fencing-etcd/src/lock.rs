@@ -21,7 +21,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use fencing_core::backend::jittered;
+use fencing_core::__private::jittered;
 use fencing_core::{Error, ResourceName, Result};
 
 use crate::conn::Conn;

@@ -164,7 +164,10 @@ impl EtcdSource {
     }
 
     /// How many times a waiter of this source was woken by the deletion of
-    /// its predecessor. With N waiters each hand-over wakes one of them.
+    /// its predecessor. With N waiters each hand-over wakes one of them. A
+    /// test hook (feature `test-util`), for the no-herd tests.
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
         self.inner.wakeups.load(Ordering::Relaxed)

@@ -478,6 +478,6 @@ async fn still_ours(conn: Conn, key: Vec<u8>, rev: i64, lease: LeaseTracker) -> 
             Ok(_) => return Check::Gone,
             Err(e) => tracing::debug!(error = %e, "re-reading a held lock key failed"),
         }
-        tokio::time::sleep(fencing_core::backend::jittered(RETRY_PAUSE, 1.0)).await;
+        tokio::time::sleep(fencing_core::__private::jittered(RETRY_PAUSE, 1.0)).await;
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{positive_seconds, UrlParts};
+use fencing_core::__private::{positive_seconds, UrlParts};
 use fencing_core::{Error, Result};
 
 use crate::candidate::Candidacy;

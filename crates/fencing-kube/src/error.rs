@@ -84,7 +84,7 @@ pub(crate) fn classify(call: Call<'_>, err: kube::Error, limit: std::time::Durat
         other if timed_out_inside(&other) => Failure::Other(timed_out(call, limit)),
         other => {
             tracing::debug!(%call, error = ?other, "apiserver request failed");
-            match fencing_core::backend::connect_failure(&other) {
+            match fencing_core::__private::connect_failure(&other) {
                 Some(reason) => Failure::Other(Error::unreachable(
                     "the Kubernetes apiserver",
                     call.server,

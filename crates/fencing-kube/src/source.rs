@@ -4,9 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use fencing_core::backend::{
-    ensure_same_source, jittered, IfHeld, LeaseTracker, RawSource, SentAt, JITTER_FACTOR,
-};
+use fencing_core::__private::{jittered, JITTER_FACTOR};
+use fencing_core::backend::{ensure_same_source, IfHeld, LeaseTracker, RawSource, SentAt};
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LeaderTimings,
     ResourceName, Result, SourceId,

@@ -241,7 +241,7 @@ fn report(token: FencingToken, updated: i64, found: i64, current: Option<i64>) -
                 presented: token,
                 highest: FencingToken::try_from(fence)?,
             };
-            fencing_core::metrics::gate_refused(&stale);
+            fencing_core::__private::gate_refused(&stale);
             Err(stale)
         }
         // The newest row admitted the token, yet nothing was written: the

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fencing_core::backend::{is_host_port, positive_seconds, UrlParts};
+use fencing_core::__private::{is_host_port, positive_seconds, UrlParts};
 use fencing_core::{Credentials, Error, Result, TlsFiles};
 
 /// Default session timeout asked of the ensemble (it may negotiate another

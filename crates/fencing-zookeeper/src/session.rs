@@ -332,11 +332,11 @@ async fn unreachable_hosts(hosts: &[String]) -> Option<String> {
         {
             Ok(Ok(_)) => return None,
             Ok(Err(e)) => {
-                fencing_core::backend::connect_failure(&e).unwrap_or_else(|| e.to_string())
+                fencing_core::__private::connect_failure(&e).unwrap_or_else(|| e.to_string())
             }
             Err(_) => {
                 let timed_out = std::io::Error::from(std::io::ErrorKind::TimedOut);
-                fencing_core::backend::connect_failure(&timed_out)
+                fencing_core::__private::connect_failure(&timed_out)
                     .unwrap_or_else(|| timed_out.to_string())
             }
         };

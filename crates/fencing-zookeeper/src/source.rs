@@ -99,7 +99,10 @@ impl ZkSource {
     }
 
     /// How many times a waiter of this source was woken by a change of its
-    /// predecessor. With N waiters each hand-over wakes one of them.
+    /// predecessor. With N waiters each hand-over wakes one of them. A test
+    /// hook (feature `test-util`), for the no-herd tests.
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
         self.inner.wakeups.load(Ordering::Relaxed)

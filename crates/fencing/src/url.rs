@@ -4,7 +4,7 @@
 #[cfg(feature = "local")]
 use std::{path::PathBuf, time::Duration};
 
-use fencing_core::backend::UrlParts;
+use fencing_core::__private::UrlParts;
 use fencing_core::{Error, Result};
 
 /// Every scheme this crate recognises, built in or not.

@@ -106,7 +106,9 @@ impl LocalSource {
 
     /// Stops (or resumes) renewing every grant of this source, as if the
     /// process were frozen: the grants run out after their TTL while the
-    /// holder still has them. For fault-injection tests and demos.
+    /// holder still has them. A test hook (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn pause_renewals(&self, paused: bool) {
         self.inner.renewals_paused.store(paused, Ordering::SeqCst);
     }
