@@ -14,7 +14,7 @@
 //! in a hidden module with no stability at all.
 
 pub use crate::gate::{check_fixed_source, check_source, check_token, next_mark};
-pub use crate::grant::{release_until_lost, GrantBackend};
+pub use crate::grant::{release_until_lost, GrantBackend, Releases};
 pub use crate::lease::{
     drift_margin, local_deadline, LeaseGroup, LeaseTracker, SentAt, FAR_FUTURE,
 };
@@ -23,10 +23,16 @@ pub use crate::source::{ensure_same_source, with_timeout, IfHeld, RawSource};
 use crate::grant::{Grant, GrantInfo};
 
 /// Assembles a grant from what the backend minted (`info`), the tracker of
-/// its lease, and how to release it. Users get grants from a
-/// [`FencingSource`](crate::FencingSource).
-pub fn grant(info: GrantInfo, lease: LeaseTracker, backend: Box<dyn GrantBackend>) -> Grant {
-    Grant::new(info, lease, backend)
+/// its lease, how to release it, and the source's [`Releases`] (where the
+/// release finishes if the grant is dropped; the source's `close()` waits
+/// for them). Users get grants from a [`FencingSource`](crate::FencingSource).
+pub fn grant(
+    info: GrantInfo,
+    lease: LeaseTracker,
+    backend: Box<dyn GrantBackend>,
+    releases: &Releases,
+) -> Grant {
+    Grant::new(info, lease, backend, releases)
 }
 
 /// The writable tracker behind `grant`'s lease: a backend marks the grant

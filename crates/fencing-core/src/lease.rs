@@ -188,6 +188,8 @@ struct Inner {
     lost: CancellationToken,
     /// The first reason given, and when it was given.
     reason: Mutex<Option<(LossReason, Instant)>>,
+    /// The source of the grant it serves, for the loss metric's label.
+    source: std::sync::OnceLock<String>,
 }
 
 /// A lease's local deadline and the send time of its latest confirmed
@@ -265,6 +267,7 @@ impl LeaseTracker {
                 clock,
                 lost: CancellationToken::new(),
                 reason: Mutex::new(None),
+                source: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -307,7 +310,8 @@ impl LeaseTracker {
         if slot.is_none() {
             *slot = Some((reason, Instant::now()));
             tracing::debug!(%reason, detail, "grant marked lost");
-            crate::metrics::grant_lost(reason);
+            let source = self.inner.source.get().map_or("", String::as_str);
+            crate::metrics::grant_lost(reason, source);
         }
         drop(slot);
         self.inner.lost.cancel();
@@ -318,6 +322,12 @@ impl LeaseTracker {
     #[must_use]
     pub fn last_renewal(&self) -> Instant {
         lock(&self.inner.clock).renewed_at()
+    }
+
+    /// Names the source of the grant this tracker serves (the label of the
+    /// loss metric); the first name set stays.
+    pub(crate) fn set_source(&self, source: &crate::SourceId) {
+        let _ = self.inner.source.set(source.as_str().to_owned());
     }
 
     /// The current local deadline (earlier by any time the machine was

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::grant::{Grant, HolderInfo, SourceId};
@@ -241,6 +242,10 @@ impl<T: RawSource> FencingSource for T {
     }
 
     async fn acquire(&self, resource: &ResourceName, options: &AcquireOptions) -> Result<Grant> {
+        // A user's span around the call contains this one, and with it every
+        // request and retry of the wait.
+        let source = RawSource::identity(self);
+        let span = tracing::info_span!("fencing.acquire", %resource, %source, token = tracing::field::Empty);
         let requeued = AtomicUsize::new(0);
         let operation = || {
             let what = self.describe_acquire(resource);
@@ -250,8 +255,13 @@ impl<T: RawSource> FencingSource for T {
             self.take(resource, options, IfHeld::Wait)
         });
         let started = tokio::time::Instant::now();
-        let result = with_timeout(options.timeout, operation, waiting).await;
-        crate::metrics::acquire_finished(started.elapsed(), result.is_ok());
+        let result = with_timeout(options.timeout, operation, waiting)
+            .instrument(span.clone())
+            .await;
+        crate::metrics::acquire_finished(started.elapsed(), result.is_ok(), source.as_str());
+        if let Ok(grant) = &result {
+            span.record("token", grant.token().get());
+        }
         result
     }
 
@@ -260,7 +270,16 @@ impl<T: RawSource> FencingSource for T {
         resource: &ResourceName,
         options: &AcquireOptions,
     ) -> Result<Option<Grant>> {
-        self.take(resource, options, IfHeld::GiveUp).await
+        let source = RawSource::identity(self);
+        let span = tracing::info_span!("fencing.try_acquire", %resource, %source, token = tracing::field::Empty);
+        let taken = self
+            .take(resource, options, IfHeld::GiveUp)
+            .instrument(span.clone())
+            .await;
+        if let Ok(Some(grant)) = &taken {
+            span.record("token", grant.token().get());
+        }
+        taken
     }
 
     async fn validate(&self, grant: &Grant) -> Result<bool> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fencing_core::__private::{jittered, JITTER_FACTOR};
 use fencing_core::{AcquireOptions, Error, FencingSource, GrantInfo, ResourceName, Result};
+use tracing::Instrument;
 
 use crate::config::ElectionConfig;
 use crate::health::{CurrentTerm, LeaderHealth};
@@ -94,6 +95,21 @@ impl LeaderElector {
     /// and is cleaned up as for any acquire (see
     /// [`FencingSource`](fencing_core::FencingSource#cancel-safety)).
     pub async fn campaign(&self) -> Result<Leadership> {
+        let span = tracing::info_span!(
+            "fencing.campaign",
+            election = %self.election,
+            identity = %self.config.identity,
+            token = tracing::field::Empty,
+        );
+        let leadership = self
+            .campaign_until_elected()
+            .instrument(span.clone())
+            .await?;
+        span.record("token", leadership.token().get());
+        Ok(leadership)
+    }
+
+    async fn campaign_until_elected(&self) -> Result<Leadership> {
         let options = AcquireOptions::new()
             .ttl(self.config.timings.lease_duration)
             .holder(self.config.identity.clone());
@@ -202,7 +218,60 @@ impl LeaderElector {
         F: FnOnce(LeaderContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        let leadership = self.campaign().await?;
+        let finished = self.run_until(std::future::pending(), work).await?;
+        Ok(finished.expect("a shutdown that never comes"))
+    }
+
+    /// [`run`](Self::run) until `shutdown` resolves (a signal, a
+    /// cancellation token): a campaign still waiting gives up, and a term
+    /// in progress has its work dropped and is resigned at once, so the
+    /// next leader need not wait out the lease. Returns `Ok(None)` then,
+    /// `Ok(Some(output))` when the work finished first.
+    ///
+    /// The shutdown recipe (client-go's `ReleaseOnCancel`): signal, resign,
+    /// close. Closing the source afterwards waits for every release still
+    /// in flight, so nothing is left holding the election when `main`
+    /// returns.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
+    /// use fencing::{FencingSource, LocalSource, ResourceName};
+    /// use fencing::election::{ElectionConfig, LeaderElector};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let source = LocalSource::open(dir.path())?;
+    /// let election = ResourceName::new("scheduler")?;
+    /// let elector = LeaderElector::new(source.clone(), election, ElectionConfig::new("w1"))?;
+    /// // In a service: `tokio::signal::ctrl_c()`, or a CancellationToken.
+    /// let (stop, shutdown) = tokio::sync::oneshot::channel::<()>();
+    /// let leading = tokio::spawn(async move {
+    ///     elector
+    ///         .run_until(async { let _ = shutdown.await; }, |ctx| async move {
+    ///             // Lead until told to stop: fenced work with ctx.token().
+    ///             std::future::pending::<()>().await
+    ///         })
+    ///         .await
+    /// });
+    /// stop.send(()).unwrap();
+    /// assert!(leading.await.unwrap()?.is_none()); // resigned, not finished
+    /// source.close().await?; // waits for every release in flight
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until<F, Fut, T>(
+        &self,
+        shutdown: impl Future<Output = ()>,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(LeaderContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let leadership = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(None),
+            elected = self.campaign() => elected?,
+        };
         let work = work(leadership.context());
         // Loss first: when both are ready, the work is not polled again.
         let output = tokio::select! {
@@ -213,11 +282,12 @@ impl LeaderElector {
                 // so a successor need not wait for the lease to run out.
                 return Err(Error::lost(&self.election, reason));
             }
-            output = work => output,
+            () = &mut shutdown => None,
+            output = work => Some(output),
         };
         let token = leadership.token();
         if let Err(e) = leadership.resign().await {
-            tracing::warn!(election = %self.election, %token, error = %e, "resign after work failed; the lease expires within the lease duration");
+            tracing::warn!(election = %self.election, %token, error = %e, "resign failed; the lease expires within the lease duration");
         }
         Ok(output)
     }

@@ -19,7 +19,11 @@ impl CurrentTerm {
     /// Records `term` as held until the returned guard is dropped.
     pub(crate) fn hold(&self, term: &Arc<Term>) -> HeldTerm {
         *self.lock() = Some(term.clone());
-        fencing_core::__private::leader_status(term.info.resource.as_str(), true);
+        fencing_core::__private::leader_status(
+            term.info.resource.as_str(),
+            term.info.source.as_str(),
+            true,
+        );
         HeldTerm {
             current: self.clone(),
             term: term.clone(),
@@ -51,7 +55,11 @@ impl Drop for HeldTerm {
         let mut slot = self.current.lock();
         if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &self.term)) {
             *slot = None;
-            fencing_core::__private::leader_status(self.term.info.resource.as_str(), false);
+            fencing_core::__private::leader_status(
+                self.term.info.resource.as_str(),
+                self.term.info.source.as_str(),
+                false,
+            );
         }
     }
 }

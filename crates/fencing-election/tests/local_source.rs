@@ -333,3 +333,53 @@ async fn health_fails_only_while_a_held_term_is_overdue() {
     drop(leadership);
     health.check().expect("a term given up is healthy again");
 }
+
+/// `run_until`: a shutdown while leading drops the work and resigns at
+/// once (the next candidate is elected by its first attempt, not a lease
+/// later), and a shutdown while campaigning gives up the campaign; both
+/// return `Ok(None)` (issue 55, item 3).
+#[tokio::test]
+async fn run_until_a_shutdown_resigns_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = fencing_core::LocalSource::open(dir.path()).unwrap();
+    let election = fencing_core::ResourceName::new("until").unwrap();
+    let elector =
+        LeaderElector::new(source.clone(), election.clone(), ElectionConfig::new("a")).unwrap();
+    let (stop, shutdown) = tokio::sync::oneshot::channel::<()>();
+    let (led_tx, led) = tokio::sync::oneshot::channel();
+    let leading = tokio::spawn({
+        let elector = elector.clone();
+        async move {
+            elector
+                .run_until(
+                    async {
+                        let _ = shutdown.await;
+                    },
+                    |_ctx| async move {
+                        led_tx.send(()).unwrap();
+                        std::future::pending::<()>().await
+                    },
+                )
+                .await
+        }
+    });
+    led.await.unwrap();
+    stop.send(()).unwrap();
+    assert!(
+        leading.await.unwrap().unwrap().is_none(),
+        "resigned, not finished"
+    );
+    let next = source
+        .try_acquire(&election, &fencing_core::AcquireOptions::new())
+        .await
+        .unwrap();
+    assert!(next.is_some(), "the election is free at once");
+    drop(next);
+
+    // Shut down while another leads: the campaign gives up.
+    let held = source.lock("until").await.unwrap();
+    let waiting = elector.run_until(std::future::ready(()), |_| async {});
+    assert!(waiting.await.unwrap().is_none());
+    held.release().await.unwrap();
+    source.close().await.unwrap();
+}

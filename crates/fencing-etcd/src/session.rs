@@ -10,6 +10,7 @@ use etcd_client::{GetOptions, LeaseKeepAliveStream, LeaseKeeper};
 use fencing_core::backend::{LeaseGroup, LeaseTracker, SentAt};
 use fencing_core::{Error, LossReason, Result};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::conn::Conn;
 
@@ -61,7 +62,9 @@ impl Session {
             ttl,
             vouch_key: vouch_key.as_bytes().to_vec(),
         };
-        let keeper = tokio::spawn(keep_alive(renewer, group.clone()));
+        // A span of its own, not the acquire's that opened the session.
+        let span = tracing::debug_span!(parent: None, "fencing.renew", backend = "etcd", lease = resp.id());
+        let keeper = tokio::spawn(keep_alive(renewer, group.clone()).instrument(span));
         if ttl < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?ttl,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnResponse};
 use fencing_core::backend::{
-    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource,
+    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource, Releases,
 };
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, FencingToken, Grant, GrantInfo, HolderInfo,
@@ -67,6 +67,8 @@ struct Inner {
     /// Every watch of this source, on one stream.
     watches: Arc<Watches>,
     wakeups: AtomicU64,
+    /// Releases of dropped grants, which `close()` waits for.
+    releases: Releases,
 }
 
 /// The session new grants of each TTL use, and the older ones some grants
@@ -148,6 +150,7 @@ impl EtcdSource {
                 sessions: AsyncMutex::new(Sessions::default()),
                 local: Mutex::new(LocalLocks::default()),
                 wakeups: AtomicU64::new(0),
+                releases: Releases::new(),
             }),
         })
     }
@@ -331,6 +334,7 @@ impl EtcdSource {
             info,
             tracker,
             Box::new(backend),
+            &self.inner.releases,
         )))
     }
 }
@@ -471,8 +475,13 @@ impl RawSource for EtcdSource {
         lock::still_mine(&self.inner.conn, grant.key(), rev).await
     }
 
+    /// Revokes the sessions (their keys go with them), then waits for the
+    /// releases of grants dropped before the call, which end once their
+    /// lease is gone.
     async fn close(&self) -> Result<()> {
-        self.revoke_sessions().await
+        let revoked = self.revoke_sessions().await;
+        self.inner.releases.wait().await;
+        revoked
     }
 
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {

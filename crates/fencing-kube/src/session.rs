@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::candidate::Candidate;
 use crate::client::Leases;
@@ -74,17 +75,21 @@ impl KubeGrant {
         candidate: Option<Candidate>,
         background: TaskTracker,
     ) -> Self {
+        // A span of its own, not the acquire's that made the grant.
+        let span = tracing::debug_span!(
+            parent: None,
+            "fencing.renew",
+            backend = "kube",
+            lease = %held.key.name,
+            token = held.token.get(),
+        );
         let state = Arc::new(AsyncMutex::new(held));
         let stop = CancellationToken::new();
         // A renewal that cannot finish within the renew deadline is of no use.
         let renewals = leases.with_limit(timings.renew_deadline.min(leases.limit()));
-        let task = tokio::spawn(renew_loop(
-            renewals,
-            state.clone(),
-            tracker,
-            timings,
-            stop.clone(),
-        ));
+        let task = tokio::spawn(
+            renew_loop(renewals, state.clone(), tracker, timings, stop.clone()).instrument(span),
+        );
         KubeGrant {
             leases,
             state,

@@ -5,7 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use fencing_core::__private::{jittered, JITTER_FACTOR};
-use fencing_core::backend::{ensure_same_source, IfHeld, LeaseTracker, RawSource, SentAt};
+use fencing_core::backend::{
+    ensure_same_source, IfHeld, LeaseTracker, RawSource, Releases, SentAt,
+};
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LeaderTimings,
     ResourceName, Result, SourceId,
@@ -65,6 +67,8 @@ struct Inner {
     seen: Mutex<Seen>,
     /// Grant writes in flight and their clean-up (see `write_owned`).
     background: TaskTracker,
+    /// Releases of dropped grants, which `close()` waits for.
+    releases: Releases,
 }
 
 impl std::fmt::Debug for KubeLeaseSource {
@@ -131,6 +135,7 @@ impl KubeLeaseSource {
                 holder: default_holder_identity(),
                 seen: Mutex::default(),
                 background: TaskTracker::new(),
+                releases: Releases::new(),
             }),
         })
     }
@@ -509,6 +514,7 @@ impl KubeLeaseSource {
             info,
             tracker,
             Box::new(backend),
+            &self.inner.releases,
         ))
     }
 }
@@ -567,6 +573,9 @@ impl RawSource for KubeLeaseSource {
     /// Holds no session: waits until the writes of acquires that were
     /// dropped halfway have been released or undone (see `write_owned`).
     async fn close(&self) -> Result<()> {
+        // The releases of dropped grants first: each may still start a
+        // write in the background.
+        self.inner.releases.wait().await;
         let tasks = &self.inner.background;
         tasks.close();
         tasks.wait().await;

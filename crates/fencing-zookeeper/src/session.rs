@@ -18,6 +18,7 @@ use fencing_core::backend::{LeaseGroup, LeaseTracker, SentAt};
 use fencing_core::{Credentials, Error, LossReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 use zookeeper_client::{Client, SaslOptions, SessionInfo, SessionState, StateWatcher, TlsOptions};
 
 use crate::config::ZkConfig;
@@ -139,12 +140,11 @@ impl Session {
         // The leader started the session's timeout when it created it.
         let group = Arc::new(LeaseGroup::new(sent, timeout));
         let vouching = Vouching::new(timeout, sent, Instant::now());
-        let heartbeat = tokio::spawn(heartbeat(
-            client.clone(),
-            dialer.clone(),
-            group.clone(),
-            vouching,
-        ));
+        // A span of its own, not the acquire's that opened the session.
+        let span = tracing::debug_span!(parent: None, "fencing.renew", backend = "zookeeper", session = ?client.session_id());
+        let heartbeat = tokio::spawn(
+            heartbeat(client.clone(), dialer.clone(), group.clone(), vouching).instrument(span),
+        );
         if timeout < RIDES_THROUGH_FAILOVER {
             tracing::warn!(
                 ?timeout,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fencing_core::backend::{
-    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource,
+    ensure_same_source, release_until_lost, GrantBackend, IfHeld, RawSource, Releases,
 };
 use fencing_core::{
     default_holder_identity, AcquireOptions, Error, Grant, GrantInfo, HolderInfo, LossReason,
@@ -63,6 +63,8 @@ struct Inner {
     holder: String,
     sessions: AsyncMutex<HashMap<Duration, Arc<Session>>>,
     wakeups: AtomicU64,
+    /// Releases of dropped grants, which `close()` waits for.
+    releases: Releases,
 }
 
 impl std::fmt::Debug for ZkSource {
@@ -86,6 +88,7 @@ impl ZkSource {
                 holder: default_holder_identity(),
                 sessions: AsyncMutex::new(HashMap::new()),
                 wakeups: AtomicU64::new(0),
+                releases: Releases::new(),
                 cfg,
             }),
         };
@@ -291,6 +294,7 @@ impl ZkSource {
                 watcher,
                 session,
             }),
+            &self.inner.releases,
         )
     }
 }
@@ -427,8 +431,13 @@ impl RawSource for ZkSource {
             .is_some_and(|czxid| czxid as u64 == grant.token().get()))
     }
 
+    /// Closes the sessions (their nodes go with them), then waits for the
+    /// releases of grants dropped before the call, which end once their
+    /// session is gone.
     async fn close(&self) -> Result<()> {
-        self.close_sessions().await
+        let closed = self.close_sessions().await;
+        self.inner.releases.wait().await;
+        closed
     }
 
     async fn holder(&self, resource: &ResourceName) -> Result<Option<HolderInfo>> {

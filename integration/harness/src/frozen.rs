@@ -91,4 +91,39 @@ pub async fn frozen_holder_is_fenced(
     }
     history.check_writes().await.unwrap();
     gb.release().await.unwrap();
+    dropped_then_closed_leaves_the_lock_free(holder_bin, url, b).await;
+}
+
+/// A process that drops its grant, closes its source and exits at once
+/// leaves nothing holding the lock: the next holder is granted by its
+/// first attempt, not a TTL later (issue 55: the release of a dropped
+/// grant ran in a task the exiting runtime killed, and `close()` did not
+/// wait for it).
+pub async fn dropped_then_closed_leaves_the_lock_free(
+    holder_bin: &Path,
+    url: &str,
+    b: &dyn FencingSource,
+) {
+    let lock = ResourceName::new("dropped").unwrap();
+    let mut holder =
+        Reaped::spawn(Command::new(holder_bin).args([url, lock.as_str(), "--drop-and-close"]))
+            .unwrap();
+    let granted = holder.next_line(Duration::from_secs(30));
+    assert!(
+        granted
+            .as_deref()
+            .is_some_and(|l| l.starts_with("GRANTED ")),
+        "the holder took the lock: {granted:?}"
+    );
+    let exited = std::time::Instant::now();
+    while holder.try_wait().is_none() {
+        assert!(
+            exited.elapsed() < Duration::from_secs(30),
+            "the holder did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let next = b.try_acquire(&lock, &AcquireOptions::new()).await.unwrap();
+    let next = next.expect("the lock is free once the holder exited");
+    next.release().await.unwrap();
 }

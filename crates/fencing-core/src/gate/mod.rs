@@ -7,6 +7,7 @@ mod memory;
 mod validating;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 #[cfg(feature = "local")]
 pub use file::FileGate;
@@ -102,6 +103,11 @@ pub trait Gate: Send + Sync {
     /// and a leader's context hand their work): the call to use.
     async fn admit_grant(&self, grant: &GrantInfo) -> Result<()> {
         self.admit_with(&grant.resource, Some(&grant.source), grant.token)
+            .instrument(admit_span(
+                &grant.resource,
+                Some(&grant.source),
+                grant.token,
+            ))
             .await
     }
 
@@ -113,17 +119,35 @@ pub trait Gate: Send + Sync {
         source: &SourceId,
         token: FencingToken,
     ) -> Result<()> {
-        self.admit_with(resource, Some(source), token).await
+        self.admit_with(resource, Some(source), token)
+            .instrument(admit_span(resource, Some(source), token))
+            .await
     }
 
     /// The unbound form: the token rule alone, skipping the source check.
     /// Use it only where every writer's token comes from one source.
     async fn admit_any_source(&self, resource: &ResourceName, token: FencingToken) -> Result<()> {
-        self.admit_with(resource, None, token).await
+        self.admit_with(resource, None, token)
+            .instrument(admit_span(resource, None, token))
+            .await
     }
 
     /// The high-water mark of a resource, `None` before its first admit.
     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>>;
+}
+
+/// The span of a gate's admit: which write, from which grant.
+fn admit_span(
+    resource: &ResourceName,
+    source: Option<&SourceId>,
+    token: FencingToken,
+) -> tracing::Span {
+    tracing::debug_span!(
+        "fencing.admit",
+        %resource,
+        source = source.map(SourceId::as_str),
+        token = token.get(),
+    )
 }
 
 /// A gate behind a pointer is a gate: `Arc<G>`, `Box<G>` and `&G` (also of

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, SourceId};
+use crate::grant::{Grant, GrantBackend, GrantInfo, HolderInfo, Releases, SourceId};
 use crate::lease::{LeaseTracker, SentAt};
 use crate::resource::ResourceName;
 use crate::source::{
@@ -69,6 +69,8 @@ struct Inner {
     holder: String,
     default_ttl: Duration,
     renewals_paused: Arc<AtomicBool>,
+    /// Releases of dropped grants, which `close()` waits for.
+    releases: Releases,
 }
 
 impl LocalSource {
@@ -94,6 +96,7 @@ impl LocalSource {
                 holder: default_holder_identity(),
                 default_ttl,
                 renewals_paused: Arc::new(AtomicBool::new(false)),
+                releases: Releases::new(),
             }),
         })
     }
@@ -169,14 +172,22 @@ impl LocalSource {
                     renew_interval: ttl / 3,
                 };
                 let lease = LeaseTracker::new(sent, ttl);
-                let renewer = tokio::spawn(renew_loop(self.clone(), info.clone(), lease.clone()));
+                // A span of its own, not the acquire's that made the grant.
+                let span = tracing::debug_span!(parent: None, "fencing.renew", backend = "local", resource = %info.resource, token = info.token.get());
+                let renewing = renew_loop(self.clone(), info.clone(), lease.clone());
+                let renewer = tokio::spawn(tracing::Instrument::instrument(renewing, span));
                 tracing::debug!(resource = %resource, %token, "local grant");
                 let backend = LocalGrant {
                     source: self.clone(),
                     info: info.clone(),
                     renewer,
                 };
-                Ok(Ok(Grant::new(info, lease, Box::new(backend))))
+                Ok(Ok(Grant::new(
+                    info,
+                    lease,
+                    Box::new(backend),
+                    &self.inner.releases,
+                )))
             }
         }
     }
@@ -290,5 +301,12 @@ impl RawSource for LocalSource {
             holder: rec.holder,
             token: rec.token,
         }))
+    }
+
+    /// Holds no session: waits for the releases of grants dropped before
+    /// the call.
+    async fn close(&self) -> Result<()> {
+        self.inner.releases.wait().await;
+        Ok(())
     }
 }

@@ -7,6 +7,10 @@
 //!
 //! Usage: holder URL RESOURCE GO_FILE [HOLDER] (any URL `fencing::connect`
 //! opens; HOLDER is the holder identity, the source's default without it)
+//!
+//! With `--drop-and-close` for GO_FILE it takes the lock, prints `GRANTED
+//! <token>`, drops the grant, closes the source and exits at once: what a
+//! `main` that returns right after its work does.
 //! Prints: `GRANTED <token>` / `WRITE <token>` / `READY` / `WRITE <token>`
 
 use std::path::PathBuf;
@@ -24,6 +28,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let source = fencing::connect(url).await?;
     let resource = ResourceName::new(resource.as_str())?;
+    if go == "--drop-and-close" {
+        let grant = source.lock(resource.as_str()).await?;
+        println!("GRANTED {}", grant.token());
+        drop(grant);
+        source.close().await?;
+        return Ok(());
+    }
     // Long enough for a waiting candidate to outlast a killed holder's
     // 15 s lease (failover-bench).
     let mut options = AcquireOptions::new().timeout(Duration::from_secs(60));

@@ -104,3 +104,16 @@ fn every_token_is_durable_before_it_is_handed_out() {
         "only {renames} renames: is the state still replaced by rename?"
     );
 }
+
+/// A process that drops its grant and closes its source right before it
+/// exits leaves the lock free: the release that the drop started is
+/// finished by `close()` (issue 55: the exiting runtime killed it, and the
+/// lock stayed held for the TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_dropped_before_close_is_released_before_the_process_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("local://{}?ttl=60", dir.path().display());
+    let holder = std::path::Path::new(env!("CARGO_BIN_EXE_holder"));
+    let b = fencing::connect(&url).await.unwrap();
+    fencing_harness::frozen::dropped_then_closed_leaves_the_lock_free(holder, &url, &b).await;
+}
