@@ -87,6 +87,12 @@ impl KubeLeaseSource {
     /// apiserver is an [`Error::Timeout`] or [`Error::Backend`] naming its
     /// URL; rejected credentials are [`Error::PermissionDenied`]; a missing
     /// kubeconfig file is [`Error::Config`] naming the path.
+    ///
+    /// The source identity is `kube:CLUSTER/NAMESPACE`, CLUSTER being
+    /// [`LeaseOptions::cluster`] if set, else the UID of the cluster's
+    /// `kube-system` namespace (the usual cluster id: the same through
+    /// every apiserver address), else, when the client may not read that
+    /// namespace, the apiserver's URL.
     pub async fn connect(cfg: KubeLeaseConfig) -> Result<Self> {
         check_namespace(&cfg.namespace)?;
         cfg.options.check()?;
@@ -95,7 +101,16 @@ impl KubeLeaseSource {
         let server = server.trim_end_matches('/').to_owned();
         let client = kube::Client::try_from(config)
             .map_err(|e| Error::Config(format!("Kubernetes client for {server}: {e}")))?;
-        let source = Self::build(client, &cfg.namespace, cfg.options, &server)?;
+        let cluster = match cfg.options.cluster.clone() {
+            Some(named) => named,
+            None => cluster_id(&client, &server, cfg.options.request_timeout)
+                .await?
+                .unwrap_or_else(|| {
+                    tracing::info!(%server, "no read of namespace kube-system: the source identity names the apiserver's URL; set cluster= to name the cluster");
+                    server.clone()
+                }),
+        };
+        let source = Self::build(client, &cfg.namespace, cfg.options, &server, &cluster)?;
         source.inner.leases.probe().await?;
         Ok(source)
     }
@@ -105,17 +120,32 @@ impl KubeLeaseSource {
         Self::connect(KubeLeaseConfig::from_url(url)?).await
     }
 
-    /// A source over an existing client. Nothing is sent until first use.
-    /// Set [`LeaseOptions::cluster`] to name the cluster in the source
-    /// identity; without it the identity says `kube:client/NAMESPACE`.
-    pub fn from_client(
+    /// A source over an existing client. The source identity is
+    /// `kube:CLUSTER/NAMESPACE`, CLUSTER being [`LeaseOptions::cluster`] if
+    /// set, else the UID of the cluster's `kube-system` namespace (one
+    /// request, now). A client that may not read that namespace needs the
+    /// option: without it this is [`Error::Config`], since two clusters
+    /// would otherwise share one identity.
+    pub async fn from_client(
         client: kube::Client,
         namespace: &str,
         options: LeaseOptions,
     ) -> Result<Self> {
         check_namespace(namespace)?;
         options.check()?;
-        Self::build(client, namespace, options, "client")
+        let cluster = match options.cluster.clone() {
+            Some(named) => named,
+            None => cluster_id(&client, "client", options.request_timeout)
+                .await?
+                .ok_or_else(|| {
+                    Error::Config(
+                        "cannot tell which cluster this client talks to (namespace kube-system is not \
+                         readable): set LeaseOptions::cluster, or allow get on namespaces/kube-system"
+                            .into(),
+                    )
+                })?,
+        };
+        Self::build(client, namespace, options, "client", &cluster)
     }
 
     fn build(
@@ -123,8 +153,8 @@ impl KubeLeaseSource {
         namespace: &str,
         options: LeaseOptions,
         server: &str,
+        cluster: &str,
     ) -> Result<Self> {
-        let cluster = options.cluster.clone().unwrap_or_else(|| server.to_owned());
         let scope = Scope::new(namespace, server, options.request_timeout);
         Ok(KubeLeaseSource {
             inner: Arc::new(Inner {
@@ -516,6 +546,28 @@ impl KubeLeaseSource {
             Box::new(backend),
             &self.inner.releases,
         ))
+    }
+}
+
+/// The UID of namespace `kube-system`: the usual id of a cluster, the same
+/// through every apiserver address. `None` when this client may not read
+/// it, or it does not exist.
+async fn cluster_id(
+    client: &kube::Client,
+    server: &str,
+    limit: Duration,
+) -> Result<Option<String>> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let what = || format!("Kubernetes get namespace kube-system on {server}");
+    match tokio::time::timeout(limit, namespaces.get_opt("kube-system")).await {
+        Ok(Ok(found)) => Ok(found.and_then(|ns| ns.metadata.uid)),
+        Ok(Err(kube::Error::Api(e))) if e.code == 403 => Ok(None),
+        Ok(Err(e)) => Err(Error::backend(what(), e)),
+        Err(_) => Err(Error::Timeout {
+            operation: what(),
+            after: limit,
+        }),
     }
 }
 

@@ -13,12 +13,18 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default limit for one request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The node in which an ensemble keeps its id for the source identity:
+/// created once, readable by anyone, writable by no one (`world:anyone:r`),
+/// holding a random id.
+pub const ENSEMBLE_ID_NODE: &str = "/fencing-ensemble-id";
+
 /// How to reach a ZooKeeper ensemble and where the locks live.
 ///
-/// The source identity is `zk:` + [`ensemble`](Self::ensemble). Tokens
-/// (czxids) are only comparable within one ensemble, so give every ensemble
-/// a distinct name and use the same name in every client of it; the default
-/// is the sorted host list, which is stable only as long as the host list is.
+/// The source identity is `zk:` + the ensemble's id: by default the one the
+/// ensemble keeps in [`ENSEMBLE_ID_NODE`], the same for every client of it
+/// whichever servers it lists; or the name set with
+/// [`ensemble`](Self::ensemble). Tokens (czxids) are only comparable
+/// within one ensemble.
 ///
 /// ```
 /// use fencing::zookeeper::ZkConfig;
@@ -26,7 +32,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// let cfg = ZkConfig::from_url("zk://zk1:2181,zk2:2181/app/locks?session_timeout=6&ensemble=prod")?;
 /// assert_eq!(cfg.hosts, ["zk1:2181", "zk2:2181"]);
 /// assert_eq!(cfg.path, "/app/locks");
-/// assert_eq!(cfg.ensemble, "prod");
+/// assert_eq!(cfg.ensemble.as_deref(), Some("prod"));
 /// # Ok::<(), fencing::Error>(())
 /// ```
 /// Its `Debug` shows the users but never the passwords.
@@ -37,8 +43,13 @@ pub struct ZkConfig {
     pub hosts: Vec<String>,
     /// Absolute path under which every lock lives (`PATH/RESOURCE/_c_...`).
     pub path: String,
-    /// Name of the ensemble: the source identity.
-    pub ensemble: String,
+    /// Name of the ensemble, the source identity (`zk:NAME`). `None` (the
+    /// default) takes the id the ensemble itself keeps in the node
+    /// [`ENSEMBLE_ID_NODE`]: created with a random id by the first source
+    /// that connects, read by every later one, so the identity is the same
+    /// whichever servers a source lists, and differs for another ensemble
+    /// (also one rebuilt from nothing, whose czxids start over).
+    pub ensemble: Option<String>,
     /// Session timeout to ask for.
     pub session_timeout: Duration,
     /// Limit for each request and for connecting.
@@ -63,10 +74,8 @@ impl ZkConfig {
         path: impl Into<String>,
     ) -> Result<Self> {
         let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
-        let mut sorted = hosts.clone();
-        sorted.sort();
         let cfg = ZkConfig {
-            ensemble: sorted.join(","),
+            ensemble: None,
             hosts,
             path: path.into(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
@@ -79,10 +88,12 @@ impl ZkConfig {
         Ok(cfg)
     }
 
-    /// Names the ensemble (the source identity).
+    /// Names the ensemble (the source identity) instead of reading its id
+    /// from [`ENSEMBLE_ID_NODE`]: for ensembles where a source may not
+    /// create that node, or to keep an identity gates were bound to.
     #[must_use]
     pub fn ensemble(mut self, name: impl Into<String>) -> Self {
-        self.ensemble = name.into();
+        self.ensemble = Some(name.into());
         self
     }
 
@@ -146,7 +157,7 @@ impl ZkConfig {
             match k {
                 "session_timeout" => cfg.session_timeout = secs()?,
                 "timeout" => cfg.request_timeout = secs()?,
-                "ensemble" if !v.is_empty() => cfg.ensemble = v.to_owned(),
+                "ensemble" if !v.is_empty() => cfg.ensemble = Some(v.to_owned()),
                 "user" | "password" | "sasl_user" | "sasl_password" => {}
                 "ca" => ca = Some(PathBuf::from(v)),
                 "cert" => cert = Some(PathBuf::from(v)),
@@ -267,7 +278,7 @@ mod tests {
             ZkConfig::from_url("zk://b:2,a:1/x/y?session_timeout=4&timeout=2&user=u&password=p")
                 .unwrap();
         assert_eq!(c.hosts, ["b:2", "a:1"]);
-        assert_eq!(c.ensemble, "a:1,b:2");
+        assert_eq!(c.ensemble, None, "read from the ensemble at connect");
         assert_eq!(c.path, "/x/y");
         assert_eq!(c.session_timeout, Duration::from_secs(4));
         assert_eq!(c.digest, Some(Credentials::new("u", "p")));

@@ -10,8 +10,8 @@
 //! - [`ZkGate`]: high-water marks kept in znodes; and
 //!   [`ZkSource::guarded_multi`] for data kept in ZooKeeper itself.
 //!
-//! The source identity is `zk:` + the configured ensemble name (see
-//! [`ZkConfig`]): name every ensemble distinctly.
+//! The source identity is `zk:` + the ensemble's id, kept by the ensemble
+//! in [`ENSEMBLE_ID_NODE`] (or a name set with [`ZkConfig::ensemble`]).
 
 mod config;
 mod gate;
@@ -20,7 +20,7 @@ mod lock;
 mod session;
 mod source;
 
-pub use config::{ZkConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT};
+pub use config::{ZkConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SESSION_TIMEOUT, ENSEMBLE_ID_NODE};
 /// The client's TLS files, shared by every backend.
 pub use fencing_core::TlsFiles;
 pub use gate::ZkGate;

@@ -20,7 +20,7 @@ use fencing_core::{Error, FencingToken, LossReason, ResourceName, Result};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, CreateMode};
 
-use crate::config::check_segment;
+use crate::config::{check_segment, ENSEMBLE_ID_NODE};
 use crate::session::{after_sync, Zk};
 
 const LOCK_NAME: &str = "lock-";
@@ -289,6 +289,42 @@ pub(crate) async fn owner(zk: &Zk, dir: &str) -> Result<Option<(String, FencingT
         }
     }
     Ok(None)
+}
+
+/// The ensemble's id in [`ENSEMBLE_ID_NODE`]: made by the first source that
+/// connects (a random id, readable by anyone and writable by no one), read
+/// by every later one. Read after a `sync`, so a server that is behind
+/// does not miss a node made through another.
+pub(crate) async fn ensemble_id(zk: &Zk) -> Result<String> {
+    let fresh = uuid::Uuid::new_v4().simple().to_string();
+    let options = CreateMode::Persistent.with_acls(Acls::anyone_read());
+    let created = zk
+        .client
+        .create(ENSEMBLE_ID_NODE, fresh.as_bytes(), &options);
+    match tokio::time::timeout(zk.request_timeout(), created).await {
+        Ok(Ok(_)) => return Ok(fresh),
+        Ok(Err(zookeeper_client::Error::NodeExists)) => {}
+        Ok(Err(zookeeper_client::Error::NoAuth)) => {
+            return Err(Error::PermissionDenied(format!(
+                "ZooKeeper: may not create {ENSEMBLE_ID_NODE}, which names the ensemble for the \
+                 source identity; allow creating it under /, or name the ensemble (ensemble=)"
+            )))
+        }
+        // A lost answer: the node may exist now; the read tells.
+        Ok(Err(_)) | Err(_) => {}
+    }
+    let (data, _) = zk
+        .read("read the ensemble id", |c| async move {
+            after_sync(&c, c.get_data(ENSEMBLE_ID_NODE)).await
+        })
+        .await?;
+    match String::from_utf8(data) {
+        Ok(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_graphic()) => Ok(id),
+        _ => Err(Error::backend(
+            format!("ZooKeeper ensemble id in {ENSEMBLE_ID_NODE}"),
+            "not a printable id; delete the node, or name the ensemble (ensemble=)",
+        )),
+    }
 }
 
 /// Deletes my node; already gone is fine.

@@ -66,6 +66,11 @@ impl Zk {
         }
     }
 
+    /// The limit of one request.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) fn error(&self, what: &str, e: zookeeper_client::Error) -> Error {
         use zookeeper_client::Error as Z;
         let context = format!("ZooKeeper {what} on [{}]", self.hosts);

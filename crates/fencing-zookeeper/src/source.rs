@@ -82,18 +82,22 @@ impl ZkSource {
     /// ensemble gives [`Error::Timeout`] naming the hosts; bad credentials
     /// give [`Error::PermissionDenied`].
     pub async fn connect(cfg: ZkConfig) -> Result<Self> {
-        let source = ZkSource {
+        let session = Arc::new(Session::connect(&cfg).await?);
+        let ensemble = match &cfg.ensemble {
+            Some(name) => name.clone(),
+            None => lock::ensemble_id(&session.zk).await?,
+        };
+        let sessions = HashMap::from([(cfg.session_timeout, session)]);
+        Ok(ZkSource {
             inner: Arc::new(Inner {
-                identity: SourceId::new(format!("zk:{}", cfg.ensemble)),
+                identity: SourceId::new(format!("zk:{ensemble}")),
                 holder: default_holder_identity(),
-                sessions: AsyncMutex::new(HashMap::new()),
+                sessions: AsyncMutex::new(sessions),
                 wakeups: AtomicU64::new(0),
                 releases: Releases::new(),
                 cfg,
             }),
-        };
-        source.session(source.inner.cfg.session_timeout).await?;
-        Ok(source)
+        })
     }
 
     /// Parses a `zk://` URL (see [`ZkConfig::from_url`]) and connects.

@@ -30,6 +30,47 @@ async fn lease_fields_are_written_whole_and_honoured() {
     super::coordinated::one_identity_stands_for_one_lease(&f).await;
     super::coordinated::a_renew_time_far_ahead_does_not_outlive_its_holder(&f).await;
     a_shortened_lease_duration_is_written_back(&f, &leases).await;
+    the_identity_names_the_cluster_not_the_address(&f).await;
+}
+
+/// The source identity names the cluster, not the address a client reached
+/// it at (issue 55, item 4): with no `cluster` option, a client that may
+/// read namespace kube-system (which the coordinated tests above created)
+/// gets its UID, the same straight and through a proxy; one that may not
+/// gets the apiserver's URL from `connect`, and `from_client` refuses with
+/// `Error::Config` rather than name every cluster alike.
+async fn the_identity_names_the_cluster_not_the_address(f: &KubeFixture) {
+    let mut unnamed = f.options();
+    unnamed.cluster = None;
+    let connect =
+        |kubeconfig| KubeLeaseSource::connect(f.config_with(kubeconfig).options(unnamed.clone()));
+    let direct = connect(f.kubeconfig(KubeUser::Admin)).await.unwrap();
+    let proxy = f.proxy().await;
+    let via = f.kubeconfig_via(KubeUser::Admin, &proxy.endpoint());
+    let proxied = connect(via).await.unwrap();
+    assert_eq!(direct.identity(), proxied.identity());
+    assert!(
+        !direct.identity().as_str().contains("https://"),
+        "{}",
+        direct.identity()
+    );
+
+    let user = connect(f.kubeconfig(KubeUser::LeaseUser)).await.unwrap();
+    assert!(
+        user.identity().as_str().contains(f.server_url()),
+        "{}",
+        user.identity()
+    );
+    let client = user.client();
+    match KubeLeaseSource::from_client(client, f.namespace(), unnamed.clone()).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("LeaseOptions::cluster"), "{msg}"),
+        other => panic!("from_client without a readable cluster id: {other:?}"),
+    }
+    let admin = direct.client();
+    let from_admin = KubeLeaseSource::from_client(admin, f.namespace(), unnamed)
+        .await
+        .unwrap();
+    assert_eq!(from_admin.identity(), direct.identity());
 }
 
 /// Other candidates wait `leaseDurationSeconds`, so it must never be written

@@ -3,6 +3,7 @@
 mod conformance;
 mod faults;
 mod harness_self_test;
+mod identity;
 mod interop;
 mod partitions;
 mod security;
