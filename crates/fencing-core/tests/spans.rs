@@ -58,7 +58,10 @@ async fn acquire_admit_and_release_are_spans_inside_the_callers() {
     let request = tracing::info_span!("request");
     let token = tracing::Instrument::instrument(
         async {
-            let grant = source.acquire(&ledger, &AcquireOptions::new()).await.unwrap();
+            let grant = source
+                .acquire(&ledger, &AcquireOptions::new())
+                .await
+                .unwrap();
             gate.admit_grant(grant.info()).await.unwrap();
             let token = grant.token();
             grant.release().await.unwrap();
@@ -69,7 +72,10 @@ async fn acquire_admit_and_release_are_spans_inside_the_callers() {
     .await;
     let spans = spans.0.lock().unwrap().clone();
     let field = |fields: &[(String, String)], name: &str| {
-        fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     };
     for name in ["fencing.acquire", "fencing.admit", "fencing.release"] {
         let (_, parent, fields) = spans
@@ -77,8 +83,20 @@ async fn acquire_admit_and_release_are_spans_inside_the_callers() {
             .find(|(n, _, _)| n == name)
             .unwrap_or_else(|| panic!("no {name} span in {spans:?}"));
         assert_eq!(parent.as_deref(), Some("request"), "{name}'s parent");
-        assert_eq!(field(fields, "resource").as_deref(), Some("ledger"), "{name}: {fields:?}");
-        assert_eq!(field(fields, "source").map(|s| s.contains("local")), Some(true), "{name}: {fields:?}");
-        assert_eq!(field(fields, "token"), Some(token.get().to_string()), "{name}: {fields:?}");
+        assert_eq!(
+            field(fields, "resource").as_deref(),
+            Some("ledger"),
+            "{name}: {fields:?}"
+        );
+        assert_eq!(
+            field(fields, "source").map(|s| s.contains("local")),
+            Some(true),
+            "{name}: {fields:?}"
+        );
+        assert_eq!(
+            field(fields, "token"),
+            Some(token.get().to_string()),
+            "{name}: {fields:?}"
+        );
     }
 }
