@@ -40,13 +40,34 @@ pub enum Error {
         reason: String,
     },
 
-    /// The operation did not finish within the caller's time limit.
+    /// The operation did not finish within the caller's time limit: the
+    /// cluster did not answer in time (an acquire's wait that ran out this
+    /// way names its last error in `operation`). A wait that ran out while
+    /// the cluster answered that another holder kept the resource is
+    /// [`Error::Contended`] instead.
     #[error("{operation} timed out after {after:?}")]
     Timeout {
         /// What was being attempted, including the endpoints involved.
         operation: String,
         /// The limit that ran out.
         after: Duration,
+    },
+
+    /// An acquire's wait bound ([`AcquireOptions::timeout`](crate::AcquireOptions::timeout))
+    /// ran out while another holder kept the resource: the coordinator
+    /// answered, the lock was not free (Curator's `acquire(time)` returning
+    /// false). Nothing is wrong; try again later.
+    #[error(
+        "{resource:?} not granted within {waited:?}: held by {}",
+        holder.as_deref().map_or_else(|| "another holder".to_owned(), |h| format!("{h:?}"))
+    )]
+    Contended {
+        /// The resource waited for.
+        resource: ResourceName,
+        /// Its holder when the wait ended, if the coordinator names one.
+        holder: Option<String>,
+        /// How long the acquire waited.
+        waited: Duration,
     },
 
     /// A resource name the source or gate cannot use.

@@ -43,8 +43,12 @@ pub struct AcquireOptions {
     ///   ([`LeaderTimings`](crate::LeaderTimings), scaled to a TTL the
     ///   configured deadline does not fit under).
     pub ttl: Option<Duration>,
-    /// Give up with [`Error::Timeout`] after this long; `None` waits until
-    /// granted or until the future is dropped.
+    /// How long an acquire may wait; `None` waits until granted or until
+    /// the future is dropped. Ends in [`Error::Contended`] when the
+    /// coordinator answered that another holder kept the resource, in
+    /// [`Error::Timeout`] (naming the last error) when it did not answer.
+    /// Not the limit of each request, which is the source's
+    /// `request_timeout`.
     pub timeout: Option<Duration>,
     /// Holder identity shown by [`FencingSource::holder`]; `None` takes the
     /// source's own (host name, process id and a random suffix).
@@ -146,8 +150,9 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
     /// Who mints this source's tokens.
     fn identity(&self) -> &SourceId;
 
-    /// Waits until the resource is granted, the options' timeout passes
-    /// ([`Error::Timeout`]), or the future is dropped. A queued request cut
+    /// Waits until the resource is granted, the options' wait bound passes
+    /// ([`Error::Contended`] while someone else holds it, [`Error::Timeout`]
+    /// when the coordinator did not answer), or the future is dropped. A queued request cut
     /// short queues again; with a timeout, failed requests (timeouts, an
     /// unreachable cluster, backend errors) are retried too, so the error
     /// surfaces when the timeout ends. Configuration, permission and name
@@ -169,8 +174,10 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
         self.acquire(&resource, &AcquireOptions::new()).await
     }
 
-    /// [`lock`](Self::lock), giving up with [`Error::Timeout`] when not
-    /// granted within `wait` (a bound on the wait, not the lease's length).
+    /// [`lock`](Self::lock), giving up when not granted within `wait` (a
+    /// bound on the wait, not the lease's length): [`Error::Contended`]
+    /// while someone else holds it, [`Error::Timeout`] when the coordinator
+    /// did not answer.
     async fn lock_within(&self, name: &str, wait: Duration) -> Result<Grant> {
         let resource = ResourceName::new(name)?;
         self.acquire(&resource, &AcquireOptions::new().timeout(wait))
@@ -247,17 +254,32 @@ impl<T: RawSource> FencingSource for T {
         let source = RawSource::identity(self);
         let span = tracing::info_span!("fencing.acquire", %resource, %source, token = tracing::field::Empty);
         let requeued = AtomicUsize::new(0);
-        let operation = || {
-            let what = self.describe_acquire(resource);
-            format!("{what}{}", requeue_note(&requeued))
-        };
-        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, || {
+        let last_error = std::sync::Mutex::new(None);
+        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, &last_error, || {
             self.take(resource, options, IfHeld::Wait)
         });
         let started = tokio::time::Instant::now();
-        let result = with_timeout(options.timeout, operation, waiting)
-            .instrument(span.clone())
-            .await;
+        let result = async {
+            let Some(limit) = options.timeout else {
+                return waiting.await;
+            };
+            match tokio::time::timeout(limit, waiting).await {
+                Ok(done) => done,
+                Err(_) => {
+                    let last = last_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let operation = format!(
+                        "{}{}{}",
+                        self.describe_acquire(resource),
+                        requeue_note(&requeued),
+                        last.map(|e| format!(" (last error: {e})"))
+                            .unwrap_or_default()
+                    );
+                    Err(wait_ran_out(self, resource, limit, operation).await)
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
         crate::metrics::acquire_finished(started.elapsed(), result.is_ok(), source.as_str());
         if let Ok(grant) = &result {
             span.record("token", grant.token().get());
@@ -393,6 +415,7 @@ pub async fn with_timeout<T>(
 async fn wait_requeuing<T, F, Fut>(
     bounded: bool,
     requeued: &AtomicUsize,
+    last_error: &std::sync::Mutex<Option<String>>,
     mut attempt: F,
 ) -> Result<T>
 where
@@ -406,7 +429,11 @@ where
             Err(e @ Error::Lost { .. }) => e.to_string(),
             Err(
                 e @ (Error::Timeout { .. } | Error::Unreachable { .. } | Error::Backend { .. }),
-            ) if bounded => e.to_string(),
+            ) if bounded => {
+                let reason = e.to_string();
+                *last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                reason
+            }
             Err(e) => return Err(e),
         };
         let n = requeued.fetch_add(1, Ordering::Relaxed) + 1;
@@ -417,6 +444,31 @@ where
 }
 
 const REQUEUE_PAUSE: Duration = Duration::from_millis(100);
+
+/// How long an acquire whose wait ran out asks who holds the resource.
+const ASK_HOLDER: Duration = Duration::from_secs(2);
+
+/// Why an acquire's wait of `waited` ran out: the coordinator names a
+/// holder (or answers at all) within [`ASK_HOLDER`]: [`Error::Contended`];
+/// it does not: [`Error::Timeout`] for `operation`.
+async fn wait_ran_out<S: RawSource + ?Sized>(
+    source: &S,
+    resource: &ResourceName,
+    waited: Duration,
+    operation: String,
+) -> Error {
+    match tokio::time::timeout(ASK_HOLDER.min(waited), source.holder(resource)).await {
+        Ok(Ok(holder)) => Error::Contended {
+            resource: resource.clone(),
+            holder: holder.map(|h| h.holder),
+            waited,
+        },
+        _ => Error::Timeout {
+            operation,
+            after: waited,
+        },
+    }
+}
 
 /// Appended to an acquire's timeout message: how often it queued again.
 fn requeue_note(requeued: &AtomicUsize) -> String {
@@ -463,7 +515,13 @@ mod tests {
                 "session lost while waiting",
             )
         };
-        let got = wait_requeuing(false, &n, scripted(vec![lost(), lost()])).await;
+        let got = wait_requeuing(
+            false,
+            &n,
+            &Default::default(),
+            scripted(vec![lost(), lost()]),
+        )
+        .await;
         assert_eq!(got.unwrap(), 7);
         assert_eq!(
             requeue_note(&n),
@@ -474,18 +532,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn failed_requests_are_retried_only_within_a_bound() {
         let n = AtomicUsize::new(0);
-        assert!(wait_requeuing(false, &n, scripted(vec![timeout()]))
-            .await
-            .is_err());
+        assert!(
+            wait_requeuing(false, &n, &Default::default(), scripted(vec![timeout()]))
+                .await
+                .is_err()
+        );
         assert_eq!(
-            wait_requeuing(true, &n, scripted(vec![timeout()]))
+            wait_requeuing(true, &n, &Default::default(), scripted(vec![timeout()]))
                 .await
                 .unwrap(),
             7
         );
         let refused = scripted(vec![Error::PermissionDenied("no".into())]);
         assert!(matches!(
-            wait_requeuing(true, &n, refused).await,
+            wait_requeuing(true, &n, &Default::default(), refused).await,
             Err(Error::PermissionDenied(_))
         ));
         assert_eq!(
@@ -498,8 +558,85 @@ mod tests {
     async fn a_wait_cut_short_queues_again() {
         let n = AtomicUsize::new(0);
         let mut answers = vec![Ok(None), Ok(None), Ok(Some(7))].into_iter();
-        let got = wait_requeuing(false, &n, || std::future::ready(answers.next().unwrap())).await;
+        let got = wait_requeuing(false, &n, &Default::default(), || {
+            std::future::ready(answers.next().unwrap())
+        })
+        .await;
         assert_eq!(got.unwrap(), 7);
         assert_eq!(n.load(Ordering::Relaxed), 2);
+    }
+
+    /// A source whose every attempt fails with a backend error and whose
+    /// holder query never answers: a silent cluster.
+    #[derive(Debug)]
+    struct Silent(SourceId);
+
+    #[async_trait]
+    impl RawSource for Silent {
+        fn identity(&self) -> &SourceId {
+            &self.0
+        }
+        async fn take(
+            &self,
+            _: &ResourceName,
+            _: &AcquireOptions,
+            _: IfHeld,
+        ) -> Result<Option<Grant>> {
+            Err(Error::backend("test take", "connection refused"))
+        }
+        async fn validate(&self, _: &Grant) -> Result<bool> {
+            Ok(false)
+        }
+        async fn holder(&self, _: &ResourceName) -> Result<Option<HolderInfo>> {
+            std::future::pending().await
+        }
+    }
+
+    /// A wait bound that runs out on a cluster that does not answer is a
+    /// timeout naming the last error, not contention (issue 55, item 2:
+    /// both were the same `Timeout`).
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_cluster_times_out_with_its_last_error() {
+        let source = Silent(SourceId::new("test:silent"));
+        let r = ResourceName::new("r").unwrap();
+        let opts = AcquireOptions::new().timeout(Duration::from_secs(1));
+        match source.acquire(&r, &opts).await {
+            Err(Error::Timeout { operation, after }) => {
+                assert_eq!(after, Duration::from_secs(1));
+                assert!(
+                    operation.contains("last error") && operation.contains("connection refused"),
+                    "{operation}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A wait bound that runs out while someone else holds the resource is
+    /// `Contended`, naming the holder (issue 55, item 2).
+    #[cfg(feature = "local")]
+    #[tokio::test]
+    async fn a_wait_that_runs_out_on_a_held_lock_is_contended() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = crate::LocalSource::open(dir.path()).unwrap();
+        let r = ResourceName::new("r").unwrap();
+        let held = source
+            .acquire(&r, &AcquireOptions::new().holder("first"))
+            .await
+            .unwrap();
+        let opts = AcquireOptions::new().timeout(Duration::from_millis(300));
+        match source.acquire(&r, &opts).await {
+            Err(Error::Contended {
+                resource,
+                holder,
+                waited,
+            }) => {
+                assert_eq!(resource, r);
+                assert_eq!(holder.as_deref(), Some("first"));
+                assert_eq!(waited, Duration::from_millis(300));
+            }
+            other => panic!("{other:?}"),
+        }
+        held.release().await.unwrap();
     }
 }

@@ -333,6 +333,7 @@ fn is_transient(e: &Error) -> bool {
     matches!(
         e,
         Error::Timeout { .. }
+            | Error::Contended { .. }
             | Error::Unreachable { .. }
             | Error::Backend { .. }
             | Error::Io { .. }

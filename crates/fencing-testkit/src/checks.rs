@@ -284,8 +284,10 @@ pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
     let short = AcquireOptions::new()
         .ttl(h.ttl())
         .timeout(Duration::from_millis(300));
+    // The cluster answered that someone holds it: contention, not a
+    // silent cluster's timeout.
     match b.source.acquire(&r, &short).await {
-        Err(Error::Timeout { .. }) => {}
+        Err(Error::Contended { holder, .. }) => assert!(holder.is_some()),
         other => panic!("bounded acquire of a held resource: {other:?}"),
     }
     ga.release().await.expect("release");
@@ -300,8 +302,8 @@ pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
 }
 
 /// `lock` and `lock_within` take a name: a name off the portable rule is
-/// refused before any request, a held lock makes `lock_within` time out, and
-/// a free one is granted with a higher token.
+/// refused before any request, a held lock makes `lock_within` end with
+/// `Contended`, and a free one is granted with a higher token.
 pub async fn lock_by_name(h: &dyn Harness) {
     let r = h.resource("by-name");
     let (a, b) = (h.client().await, h.client().await);
@@ -315,7 +317,7 @@ pub async fn lock_by_name(h: &dyn Harness) {
         .lock_within(r.as_str(), Duration::from_millis(300))
         .await
     {
-        Err(Error::Timeout { .. }) => {}
+        Err(Error::Contended { .. }) => {}
         other => panic!("lock_within of a held lock: {other:?}"),
     }
     let first = ga.token();

@@ -221,7 +221,7 @@ async fn a_shortened_lease_duration_is_written_back(f: &KubeFixture, leases: &Ap
         .unwrap_or_else(|_| panic!("the holder kept writing the shortened duration"));
     let wait = AcquireOptions::new().timeout(Duration::from_secs(5));
     match eager.acquire(&lease, &wait).await {
-        Err(Error::Timeout { .. }) => {}
+        Err(Error::Contended { .. }) => {}
         other => panic!("a candidate got the Lease its holder renews: {other:?}"),
     }
     assert!(held.is_live(), "{:?}", held.lease().loss_reason());
