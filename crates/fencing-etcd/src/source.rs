@@ -448,7 +448,6 @@ impl GrantBackend for EtcdGrant {
     }
 }
 
-#[async_trait]
 impl RawSource for EtcdSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity

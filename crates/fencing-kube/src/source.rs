@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use fencing_core::__private::{jittered, JITTER_FACTOR};
 use fencing_core::backend::{
     ensure_same_source, IfHeld, LeaseTracker, RawSource, Releases, SentAt,
@@ -592,7 +591,6 @@ fn settle(
     }
 }
 
-#[async_trait]
 impl RawSource for KubeLeaseSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity

@@ -378,7 +378,6 @@ impl GrantBackend for ZkGrant {
     }
 }
 
-#[async_trait]
 impl RawSource for ZkSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity

@@ -156,7 +156,6 @@ mod tests {
         lookups: AtomicUsize,
     }
 
-    #[async_trait]
     impl RawSource for Counting {
         fn identity(&self) -> &SourceId {
             RawSource::identity(&self.local)

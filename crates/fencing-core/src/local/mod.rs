@@ -254,7 +254,6 @@ impl GrantBackend for LocalGrant {
     }
 }
 
-#[async_trait]
 impl RawSource for LocalSource {
     fn identity(&self) -> &SourceId {
         &self.inner.identity
