@@ -1,39 +1,47 @@
 #!/usr/bin/env bash
-# The public API of the library crates as a listing: the first line of
-# every declaration below, without line numbers, sorted. Crude on purpose
-# (text, no compiler): it also lists `pub` items of private modules, and a
-# signature over several lines shows only its first. `check` compares it
-# with the committed api/public-api.txt so that a change to the surface is
-# made on purpose; `update` rewrites the file after such a change (and the
-# change belongs in CHANGELOG.md).
+# The public API of the library crates as a listing read from rustdoc's JSON
+# (scripts/lib/public_api.py): every public item by the path users write,
+# signatures, fields and variants, and every trait a public type implements,
+# auto traits included. `check` compares it with the committed
+# api/public-api.txt so that a change to the surface is made on purpose;
+# `update` rewrites the file after such a change (and the change belongs in
+# CHANGELOG.md).
+#
+# rustdoc's JSON output is unstable, so it is asked of the stable toolchain
+# with RUSTC_BOOTSTRAP=1; each crate is documented with all its features
+# and with warnings as errors, which makes this also the workspace's
+# rustdoc check (broken intra-doc links and the like).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-# Per file: `pub` items (not `pub(crate)`), `pub` fields, and the methods
-# declared in a `pub trait`'s body.
-declarations() {
-    awk '
-        /^[[:space:]]*pub trait / { in_trait = 1; depth = 0 }
-        /^[[:space:]]*pub (async fn|fn|struct|enum|trait|type|const|static|mod|use) / ||
-        /^[[:space:]]*pub [a-z_][a-z0-9_]*:/ ||
-        (in_trait && depth == 1 && /^[[:space:]]*(async )?fn /) {
-            line = $0; sub(/^[[:space:]]+/, "", line); sub(/[[:space:]]+$/, "", line)
-            print FILENAME ": " line
-        }
-        in_trait {
-            depth += gsub(/\{/, "{"); depth -= gsub(/\}/, "}")
-            if (depth <= 0 && /\}/) in_trait = 0
-        }
-    ' "$@"
+target="${CARGO_TARGET_DIR:-target}"
+crates=(fencing fencing-core fencing-election fencing-etcd fencing-zookeeper fencing-kube
+        fencing-postgres fencing-http fencing-testkit)
+
+json_docs() {
+    local crate
+    # The library crates pick no k8s-openapi version; name one as docs.rs must.
+    for crate in "${crates[@]}"; do
+        K8S_OPENAPI_ENABLED_VERSION=1.35 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings" \
+            cargo rustdoc --locked -q -p "$crate" --lib --all-features \
+            -- -Z unstable-options --output-format json
+    done
 }
+
 listing() {
-    find crates/fencing crates/fencing-core crates/fencing-election crates/fencing-etcd \
-        crates/fencing-zookeeper crates/fencing-kube crates/fencing-postgres crates/fencing-http \
-        crates/fencing-testkit -path '*/src/*' -name '*.rs' | LC_ALL=C sort |
-        while read -r file; do declarations "$file"; done | LC_ALL=C sort
+    local files=()
+    for crate in "${crates[@]}"; do
+        files+=("$target/doc/${crate//-/_}.json")
+    done
+    python3 scripts/lib/public_api.py "${files[@]}"
 }
+
 case "${1:-check}" in
-update) listing > api/public-api.txt ;;
+update)
+    json_docs
+    listing > api/public-api.txt
+    ;;
 check)
+    json_docs
     if ! diff -u api/public-api.txt <(listing); then
         echo "the public API changed (above: - committed, + now); if on purpose," \
              "run scripts/lib/public-api.sh update and say so in CHANGELOG.md" >&2

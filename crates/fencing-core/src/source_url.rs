@@ -22,7 +22,7 @@ use crate::redact::{is_plain_name, redact_item, redact_name, redact_secrets};
 ///   ASCII letters, digits, `_`, `-` and `.` once decoded are refused.
 /// - Every error is an [`Error::Config`] quoting the URL with its
 ///   passwords shown as `***`, found as this parser reads names (see
-///   [`redact_secrets`](crate::backend::redact_secrets)).
+///   [`redact_secrets`](crate::redact::redact_secrets)).
 ///
 /// ```
 /// use fencing_core::__private::UrlParts;
