@@ -151,10 +151,14 @@ impl Candidates {
         }
     }
 
-    /// Our live candidacy named `name`, if any.
+    /// Our live candidacy named `name`, if any: not one a release has
+    /// withdrawn, which lives on only until that release ends.
     fn live(&self, name: &str) -> Option<Arc<Published>> {
         let published = self.published.lock().unwrap_or_else(|p| p.into_inner());
-        published.get(name).and_then(Weak::upgrade)
+        published
+            .get(name)
+            .and_then(Weak::upgrade)
+            .filter(|p| !p.withdrawn.load(Ordering::Relaxed))
     }
 
     /// Deletes candidate `name` unless a live candidacy of ours uses it.
@@ -244,6 +248,11 @@ struct Published {
     name: String,
     lease: String,
     keeper: JoinHandle<()>,
+    /// Its keeper stopped by [`Candidate::leave`]: no acquire may join it
+    /// any more (the release that withdrew it still holds it until it has
+    /// cleared the Lease, and an acquire of the same identity that shared
+    /// it would wait, unkept and unseen by the controller, for nothing).
+    withdrawn: AtomicBool,
     /// Deleted already by [`Candidate::leave`].
     left: AtomicBool,
     /// Where the deletion runs when the last clone is dropped, so that the
@@ -297,6 +306,7 @@ impl Candidate {
             name: holder.to_owned(),
             lease: lease.to_owned(),
             keeper,
+            withdrawn: AtomicBool::new(false),
             left: AtomicBool::new(false),
             background: background.clone(),
         });
@@ -319,6 +329,7 @@ impl Candidate {
             return Ok(());
         }
         self.0.keeper.abort();
+        self.0.withdrawn.store(true, Ordering::Relaxed);
         self.0.candidates.delete(&self.0.name).await?;
         self.0.left.store(true, Ordering::Relaxed);
         Ok(())
@@ -435,6 +446,57 @@ mod tests {
         for bad in ["", "App", "-a", "a-", "a_b", "host:123", &"a".repeat(254)] {
             assert!(check_identity(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Candidates of a source whose apiserver cannot be reached: enough to
+    /// follow what the source shares, not what the server does.
+    fn unreachable_candidates() -> Candidates {
+        let url = "http://127.0.0.1:9";
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        Candidates::new(client, Scope::new("ns", url, Duration::from_millis(200)))
+    }
+
+    /// A published candidacy of identity `name`, registered as `join`
+    /// registers one.
+    fn published(candidates: &Candidates, name: &str) -> Candidate {
+        let published = Arc::new(Published {
+            candidates: candidates.clone(),
+            name: name.to_owned(),
+            lease: "lease-a".into(),
+            keeper: tokio::spawn(std::future::pending()),
+            withdrawn: AtomicBool::new(false),
+            left: AtomicBool::new(false),
+            background: TaskTracker::new(),
+        });
+        let mut registry = candidates.published.lock().unwrap();
+        registry.insert(name.to_owned(), Arc::downgrade(&published));
+        Candidate(published)
+    }
+
+    /// A release withdraws the candidacy (its keeper stops, its
+    /// LeaseCandidate is deleted) while the grant that holds it is still
+    /// being released: an acquire of the same identity that joins in that
+    /// window must publish a candidacy of its own, not share the withdrawn
+    /// one, which nobody keeps and the controller no longer sees (the
+    /// coordinated campaign's acquires, begun before the release, waited
+    /// their whole timeout on it and were never elected). Here the deletion
+    /// cannot reach an apiserver, which changes nothing: the keeper is
+    /// stopped either way.
+    #[tokio::test]
+    async fn a_withdrawn_candidacy_is_not_shared_with_a_later_join() {
+        let candidates = unreachable_candidates();
+        let held = published(&candidates, "x");
+        let waiting = held.clone();
+        // Another acquire still stands on it: the release keeps it.
+        assert!(held.leave().await.is_ok());
+        assert!(candidates.live("x").is_some());
+        drop(waiting);
+        let _ = held.leave().await;
+        assert!(
+            candidates.live("x").is_none(),
+            "a join during the release would share the withdrawn candidacy"
+        );
+        drop(held);
     }
 
     #[test]
