@@ -7,6 +7,8 @@
 //! on that clock, see [`monotonic_ns`]) and answers writes to its in-memory
 //! gate on stdin.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use fencing::{AcquireOptions, Error, FencingSource, FencingToken, Gate, Grant, R
 use fencing_election::{ElectionConfig, LeaderElector};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::{oneshot, Mutex};
 
 use super::history::WriteOutcome;
 use super::rng::Rng;
@@ -108,6 +110,28 @@ pub struct ClientPlan {
     pub seed: u64,
     /// Ignore `lost()` and write through the whole hold (lock workload).
     pub careless: bool,
+    /// The holder identity of the acquires (the source's default if
+    /// `None`). Coordinated candidates name theirs: it names the
+    /// LeaseCandidate, and a restarted client must come back as itself.
+    pub holder: Option<String>,
+    /// Begin the next acquire as soon as granted rather than after the
+    /// release: a coordinated candidate then stays one between its terms,
+    /// and its library must not grant that standing acquire (the same
+    /// identity) while the grant it holds lives. One that withdrew at each
+    /// release and joined again at once stalled its Lease for 5-10 s
+    /// whenever it was the controller's first choice: the controller names
+    /// the next best when the Lease goes free, then prefers the one that
+    /// rejoined; the named one does not take a Lease whose
+    /// `preferredHolder` names another (nor does client-go), and the
+    /// preferred one is not named, so nobody takes it until the
+    /// controller's naming runs out.
+    pub stand_between_holds: bool,
+    /// One hold in this many (none if 0) is followed by a break out of the
+    /// running, drawn from `step_out`, with no acquire standing: the next
+    /// best candidate is elected meanwhile, and told to yield when this
+    /// one, if better, is back.
+    pub step_out_one_in: usize,
+    pub step_out: (Duration, Duration),
 }
 
 /// The cluster's own gate, when the backend has one.
@@ -139,12 +163,37 @@ pub type GuardedWrite = Arc<
 /// The longest a single write may take before its outcome is "unknown".
 const WRITE_LIMIT: Duration = Duration::from_secs(2);
 
+/// A client's line protocol with the controller, shared by its loops: a
+/// process with two elections runs two, and a reply goes to the one that
+/// waits for its id (ids are unique in the process).
 struct Io {
     out: Mutex<tokio::io::Stdout>,
-    replies: Mutex<mpsc::Receiver<Reply>>,
+    waiting: std::sync::Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+    last_id: AtomicU64,
 }
 
 impl Io {
+    fn new() -> Self {
+        Io {
+            out: Mutex::new(tokio::io::stdout()),
+            waiting: std::sync::Mutex::default(),
+            last_id: AtomicU64::new(0),
+        }
+    }
+
+    /// A fresh id for a write or a release.
+    fn next_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Hands a reply to the loop that waits for it (none after its limit).
+    fn deliver(&self, reply: Reply) {
+        let waiter = self.waiting.lock().unwrap().remove(&reply.id);
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(reply.accepted);
+        }
+    }
+
     async fn send(&self, line: ClientLine) {
         let mut text = serde_json::to_string(&line).expect("client lines serialise");
         text.push('\n');
@@ -155,30 +204,28 @@ impl Io {
         }
     }
 
-    /// The controller's answer to memory write `id`, or `None` after the
-    /// write limit (the outcome is then unknown to the controller too).
-    async fn reply(&self, id: u64) -> Option<bool> {
-        let mut replies = self.replies.lock().await;
-        let wait = async {
-            while let Some(r) = replies.recv().await {
-                if r.id == id {
-                    return Some(r.accepted);
-                }
-            }
-            None
-        };
-        tokio::time::timeout(WRITE_LIMIT, wait).await.ok().flatten()
+    /// Sends `line`, a memory write or a release with id `id`, and waits
+    /// for the controller's answer; `None` after the write limit (the
+    /// outcome is then unknown to the controller too). The waiter is in
+    /// place before the line goes out, so no answer can come too soon.
+    async fn ask(&self, id: u64, line: ClientLine) -> Option<bool> {
+        let (answer, waiter) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, answer);
+        self.send(line).await;
+        let answer = tokio::time::timeout(WRITE_LIMIT, waiter).await;
+        self.waiting.lock().unwrap().remove(&id);
+        answer.ok().and_then(Result::ok)
     }
 }
 
 /// Reads replies from stdin; returns when stdin closes (the controller's
 /// signal to stop), which `stop` then reports.
-fn read_stdin(replies: mpsc::Sender<Reply>, stop: tokio::sync::watch::Sender<bool>) {
+fn read_stdin(io: Arc<Io>, stop: tokio::sync::watch::Sender<bool>) {
     tokio::spawn(async move {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             if let Ok(reply) = serde_json::from_str::<Reply>(&line) {
-                let _ = replies.send(reply).await;
+                io.deliver(reply);
             }
         }
         let _ = stop.send(true);
@@ -193,7 +240,6 @@ struct Writer<'a> {
     guarded: &'a Option<(String, GuardedWrite)>,
     resource: &'a ResourceName,
     every: Duration,
-    next_id: u64,
     value: u64,
     /// The gate write in flight, if any: cut short by a loss, its outcome
     /// is unknown (the server may still apply it).
@@ -239,8 +285,7 @@ impl Writer<'_> {
             for k in 0..3 {
                 match (self.value as usize + k) % 3 {
                     0 => {
-                        self.next_id += 1;
-                        let (id, value) = (self.next_id, self.value);
+                        let (id, value) = (self.io.next_id(), self.value);
                         write_memory(self.io, id, resource, token.get(), value).await;
                     }
                     _ if self.quiet => {}
@@ -268,9 +313,9 @@ impl Writer<'_> {
         token: FencingToken,
         write: impl std::future::Future<Output = fencing::Result<()>>,
     ) {
-        self.next_id += 1;
-        self.in_flight = Some(self.next_id);
-        let (id, value) = (self.next_id, self.value);
+        let id = self.io.next_id();
+        self.in_flight = Some(id);
+        let value = self.value;
         let resource = self.resource.as_str().to_owned();
         self.io
             .send(ClientLine::WriteStart {
@@ -315,31 +360,56 @@ pub fn next_hold(rng: &mut Rng, plan: &ClientPlan) -> Duration {
     }
 }
 
-/// Runs the acquire / write / release loop until stdin closes; with
+/// Runs the acquire / write / release loop until stdin closes, one for
+/// each plan at once (the coordinated workload's two elections); with
 /// `election`, the campaign / write / resign loop of `LeaderElector::run`
 /// instead.
 pub async fn run(
     source: Arc<dyn FencingSource>,
     gate: Option<(String, GateMaker)>,
     guarded: Option<(String, GuardedWrite)>,
-    plan: ClientPlan,
+    plans: Vec<ClientPlan>,
     election: Option<ElectionConfig>,
 ) {
-    let (reply_tx, reply_rx) = mpsc::channel(64);
-    let (stop_tx, mut stop) = tokio::sync::watch::channel(false);
-    read_stdin(reply_tx, stop_tx);
-    let io = Io {
-        out: Mutex::new(tokio::io::stdout()),
-        replies: Mutex::new(reply_rx),
-    };
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let io = Arc::new(Io::new());
+    read_stdin(io.clone(), stop_tx);
+    let mut loops = tokio::task::JoinSet::new();
+    for plan in plans {
+        let (source, gate, guarded) = (source.clone(), gate.clone(), guarded.clone());
+        let (io, stop, election) = (io.clone(), stop.clone(), election.clone());
+        loops.spawn(async move {
+            let gates = Gates {
+                gate: &gate,
+                guarded: &guarded,
+            };
+            one_loop((&source, &plan, &io), gates, election, stop).await
+        });
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+/// The cluster's gate and guarded write, as one client loop borrows them.
+#[derive(Clone, Copy)]
+struct Gates<'a> {
+    gate: &'a Option<(String, GateMaker)>,
+    guarded: &'a Option<(String, GuardedWrite)>,
+}
+
+/// One plan's holds, one after the other, until stdin closes.
+async fn one_loop(
+    (source, plan, io): (&Arc<dyn FencingSource>, &ClientPlan, &Arc<Io>),
+    gates: Gates<'_>,
+    election: Option<ElectionConfig>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut rng = Rng::new(plan.seed);
     let mut writer = Writer {
-        io: &io,
-        gate: &gate,
-        guarded: &guarded,
+        io,
+        gate: gates.gate,
+        guarded: gates.guarded,
         resource: &plan.resource,
         every: plan.write_every,
-        next_id: 0,
         value: 0,
         in_flight: None,
         stop: stop.clone(),
@@ -355,22 +425,38 @@ pub async fn run(
         },
         None => None,
     };
+    let mut pending: Option<Pending> = None;
     while !*stop.borrow() {
-        io.send(ClientLine::AcquireStart {
-            resource: plan.resource.as_str().to_owned(),
-        })
-        .await;
-        let hold = next_hold(&mut rng, &plan);
+        let acquire = match (&elector, pending.take()) {
+            (Some(_), _) => {
+                let resource = plan.resource.as_str().to_owned();
+                io.send(ClientLine::AcquireStart { resource }).await;
+                None
+            }
+            (None, Some(begun)) => Some(begun),
+            (None, None) => Some(begin_acquire(source, plan, io).await),
+        };
+        let hold = next_hold(&mut rng, plan);
         writer.quiet = rng.below(QUIET_HOLDS) == 0;
+        let step_out = step_out(&mut rng, plan);
         let one = async {
-            match &elector {
-                Some(elector) => lead_once(elector, &mut writer, hold).await,
-                None => hold_once(&source, &plan, &mut writer, hold).await,
+            let standing = (plan.stand_between_holds && step_out.is_zero()).then_some(&mut pending);
+            match (&elector, acquire) {
+                (Some(elector), _) => lead_once(elector, &mut writer, hold).await,
+                (None, Some(acquire)) => {
+                    let how = (source, plan, io);
+                    hold_once(how, acquire, (&mut writer, standing), hold).await
+                }
+                (None, None) => {}
             }
         };
         tokio::pin!(one);
         tokio::select! {
-            () = &mut one => {}
+            () = &mut one => {
+                if !step_out.is_zero() {
+                    let _ = tokio::time::timeout(step_out, stop.changed()).await;
+                }
+            }
             _ = stop.changed() => {
                 // The writes stop; a hold is released before the process
                 // exits (a grant merely dropped is released by a task that
@@ -381,6 +467,100 @@ pub async fn run(
             }
         }
     }
+    if let Some(begun) = pending {
+        give_back(begun, &mut writer).await;
+    }
+}
+
+/// An acquire running in a task of its own, which reports its grant the
+/// moment it returns: so that it can be begun while the last grant is still
+/// held ([`ClientPlan::stand_between_holds`]), and a grant it makes too
+/// soon shows in the history when it is made.
+struct Pending {
+    task: tokio::task::JoinHandle<Option<Acquired>>,
+    /// Dropped to give the acquire up (a grant it already made is kept).
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// An acquire's outcome, and the stamp its grant was reported with.
+type Acquired = (fencing::Result<Grant>, u64);
+
+impl Pending {
+    /// The acquire's outcome; `None` if it was given up first.
+    async fn outcome(&mut self) -> Option<Acquired> {
+        match (&mut self.task).await {
+            Ok(acquired) => acquired,
+            Err(e) => {
+                eprintln!("acquire task: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Dropped unfinished only when a stopping client's hold outlived its stop
+/// limit: the acquire is cut off like one awaited in place.
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The break after this hold ([`ClientPlan::step_out_one_in`]), zero for
+/// none; nothing is drawn for a plan without breaks, so the other
+/// workloads' seeds replay the holds they always did.
+fn step_out(rng: &mut Rng, plan: &ClientPlan) -> Duration {
+    if plan.step_out_one_in == 0 || rng.below(plan.step_out_one_in) != 0 {
+        return Duration::ZERO;
+    }
+    rng.duration(plan.step_out.0, plan.step_out.1)
+}
+
+/// Reports the start of an acquire and begins it, in a task of its own (it
+/// may run on while the last grant is released).
+async fn begin_acquire(
+    source: &Arc<dyn FencingSource>,
+    plan: &ClientPlan,
+    io: &Arc<Io>,
+) -> Pending {
+    io.send(ClientLine::AcquireStart {
+        resource: plan.resource.as_str().to_owned(),
+    })
+    .await;
+    let mut options = AcquireOptions::new()
+        .ttl(plan.ttl)
+        .timeout(plan.acquire_wait);
+    if let Some(holder) = &plan.holder {
+        options = options.holder(holder.as_str());
+    }
+    let (source, resource, io) = (source.clone(), plan.resource.clone(), io.clone());
+    let (cancel, cancelled) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let acquired = tokio::select! {
+            biased;
+            acquired = source.acquire(&resource, &options) => acquired,
+            _ = cancelled => return None,
+        };
+        let granted_ns = match &acquired {
+            Ok(grant) => granted(&io, &resource, grant.token()).await,
+            Err(_) => 0,
+        };
+        Some((acquired, granted_ns))
+    });
+    Pending {
+        task,
+        cancel: Some(cancel),
+    }
+}
+
+/// Ends an acquire the client no longer waits for: cancelled, or, if it
+/// was granted already, reported and released as any grant is.
+async fn give_back(mut acquire: Pending, writer: &mut Writer<'_>) {
+    acquire.cancel = None;
+    if let Some((Ok(grant), _)) = acquire.outcome().await {
+        released(writer, grant.resource(), grant.token()).await;
+        let _ = tokio::time::timeout(WRITE_LIMIT, grant.release()).await;
+    }
 }
 
 /// How long a stopping client may take to finish its acquire and release:
@@ -388,26 +568,28 @@ pub async fn run(
 /// and a release cut short leaves a Kubernetes Lease naming the client.
 pub const STOP_LIMIT: Duration = Duration::from_secs(9);
 
-/// One acquire, hold with writes, and release (or loss).
+/// One acquire (begun by the caller), hold with writes, and release (or
+/// loss); given `standing`, the next acquire begins there as soon as this
+/// one is granted ([`ClientPlan::stand_between_holds`]).
 async fn hold_once(
-    source: &Arc<dyn FencingSource>,
-    plan: &ClientPlan,
-    writer: &mut Writer<'_>,
+    (source, plan, io): (&Arc<dyn FencingSource>, &ClientPlan, &Arc<Io>),
+    mut acquire: Pending,
+    (writer, standing): (&mut Writer<'_>, Option<&mut Option<Pending>>),
     hold: Duration,
 ) {
-    let options = AcquireOptions::new()
-        .ttl(plan.ttl)
-        .timeout(plan.acquire_wait);
-    let grant = match source.acquire(&plan.resource, &options).await {
-        Ok(g) => g,
-        Err(e) => {
+    let (grant, granted_ns) = match acquire.outcome().await {
+        Some((Ok(grant), granted_ns)) => (grant, granted_ns),
+        Some((Err(e), _)) => {
             eprintln!("acquire: {e}");
             tokio::time::sleep(Duration::from_millis(50)).await;
             return;
         }
+        None => return,
     };
-    let (io, token) = (writer.io, grant.token());
-    let granted_ns = granted(io, &plan.resource, token).await;
+    if let Some(standing) = standing.filter(|_| !*writer.stop.borrow()) {
+        *standing = Some(begin_acquire(source, plan, io).await);
+    }
+    let token = grant.token();
     let until = tokio::time::Instant::now() + hold;
     // lost() is watched during the writes too, so the loss is reported
     // when it fires, not when a slow write returns. A write that returns
@@ -495,19 +677,15 @@ async fn granted(io: &Io, resource: &ResourceName, token: FencingToken) -> u64 {
 }
 
 async fn released(writer: &mut Writer<'_>, resource: &ResourceName, token: FencingToken) {
-    writer.next_id += 1;
-    let id = writer.next_id;
+    let id = writer.io.next_id();
     let resource = resource.as_str().to_owned();
     let token = token.get();
-    writer
-        .io
-        .send(ClientLine::Release {
-            resource,
-            token,
-            id,
-        })
-        .await;
-    let _ = writer.io.reply(id).await;
+    let line = ClientLine::Release {
+        resource,
+        token,
+        id,
+    };
+    let _ = writer.io.ask(id, line).await;
 }
 
 /// Reports a loss, as of `at` (the tracker's loss instant, but not before
@@ -536,13 +714,55 @@ async fn lost_it(
 }
 
 async fn write_memory(io: &Io, id: u64, resource: &str, token: u64, value: u64) {
-    io.send(ClientLine::MemWrite {
+    let line = ClientLine::MemWrite {
         id,
         resource: resource.to_owned(),
         token,
         value,
-    })
-    .await;
+    };
     // The controller records the outcome; the client only waits for it.
-    let _ = io.reply(id).await;
+    let _ = io.ask(id, line).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(step_out_one_in: usize) -> ClientPlan {
+        ClientPlan {
+            resource: ResourceName::new("r").unwrap(),
+            ttl: Duration::from_secs(2),
+            acquire_wait: Duration::from_secs(5),
+            hold: (Duration::from_millis(10), Duration::from_millis(150)),
+            long_hold_percent: 5,
+            long_hold: (Duration::from_secs(1), Duration::from_secs(5)),
+            write_every: Duration::from_millis(25),
+            seed: 7,
+            careless: false,
+            holder: None,
+            stand_between_holds: false,
+            step_out_one_in,
+            step_out: (Duration::from_secs(1), Duration::from_secs(3)),
+        }
+    }
+
+    #[test]
+    fn breaks_come_one_hold_in_n_and_cost_other_plans_no_draw() {
+        // Without breaks nothing is drawn: the holds a seed gave before
+        // come out the same.
+        let (mut with, mut without) = (Rng::new(9), Rng::new(9));
+        assert_eq!(step_out(&mut with, &plan(0)), Duration::ZERO);
+        assert_eq!(with.next_u64(), without.next_u64());
+        let mut rng = Rng::new(9);
+        let breaks: Vec<Duration> = (0..400).map(|_| step_out(&mut rng, &plan(4))).collect();
+        let taken: Vec<&Duration> = breaks.iter().filter(|d| !d.is_zero()).collect();
+        assert!(
+            (60..140).contains(&taken.len()),
+            "{} breaks in 400",
+            taken.len()
+        );
+        for d in taken {
+            assert!((1000..=3000).contains(&d.as_millis()), "{d:?}");
+        }
+    }
 }

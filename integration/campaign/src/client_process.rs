@@ -12,7 +12,7 @@ use fencing_etcd::etcd_client::TxnOp;
 use fencing_zookeeper::zookeeper_client::{self, Acls, CreateMode};
 
 use super::client::{self, ClientPlan, ClusterGate, GateMaker, GuardedWrite};
-use super::fence_run;
+use super::{coordinated, fence_run};
 
 /// What `run` tells one client (the hidden `client` subcommand's flags).
 #[derive(Clone, Debug)]
@@ -30,6 +30,9 @@ pub struct ClientOptions {
     pub fence_run: bool,
     /// Ignores the grant's loss and writes through the whole hold.
     pub careless: bool,
+    /// A coordinated candidate (the source URL says so) in two elections
+    /// at once: `lock`'s and this one's ([`crate::coordinated`]).
+    pub coordinated: Option<String>,
 }
 
 /// Where the cluster gates keep their marks.
@@ -146,7 +149,50 @@ fn plan(resource: ResourceName, ttl: Duration, seed: u64) -> ClientPlan {
         write_every: WRITE_EVERY,
         seed,
         careless: false,
+        holder: None,
+        stand_between_holds: false,
+        step_out_one_in: 0,
+        step_out: (Duration::ZERO, Duration::ZERO),
     }
+}
+
+/// A coordinated term's usual length: longer than the lock workload's
+/// 10-150 ms, so that a better candidate coming back meets a holder (which
+/// then yields) more often than the half second between the controller's
+/// naming of a holder and its take, where it stalls the Lease instead (see
+/// [`ClientPlan::stand_between_holds`]); not so long that a two-minute run
+/// falls short of its grants (200-1500 ms made 39 in 100 s, this 60-75).
+const COORDINATED_HOLD: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_millis(800));
+
+/// How long a coordinated candidate that steps out stays out: past the
+/// next best one's election and take (about half a second).
+const COORDINATED_BREAK: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3));
+
+/// The plans of client `name`'s two coordinated elections, on `lock` and
+/// `second`, each under its own identity and seed.
+fn coordinated_plans(
+    name: &str,
+    plan: ClientPlan,
+    second: &str,
+) -> Result<Vec<ClientPlan>, String> {
+    let second = ResourceName::new(second).map_err(|e| format!("{name}: {e}"))?;
+    let resources = [plan.resource.clone(), second];
+    let plans = resources
+        .into_iter()
+        .enumerate()
+        .map(|(k, resource)| ClientPlan {
+            resource,
+            holder: Some(coordinated::identity(name, k)),
+            seed: plan.seed ^ ((k as u64) << 48),
+            hold: COORDINATED_HOLD,
+            stand_between_holds: true,
+            step_out_one_in: 4,
+            step_out: COORDINATED_BREAK,
+            ..plan.clone()
+        })
+        .collect();
+    Ok(plans)
 }
 
 /// How long a stopping client waits for its source to close.
@@ -190,8 +236,12 @@ pub async fn run_client(args: ClientOptions) -> Result<(), String> {
             .renew_deadline(plan.ttl * 3 / 4)
             .retry_period(plan.ttl / 2)
     });
+    let plans = match &args.coordinated {
+        Some(second) => coordinated_plans(&name, plan, second)?,
+        None => vec![plan],
+    };
     let source = opened.source.clone();
-    client::run(opened.source, gate, opened.guarded, plan, election).await;
+    client::run(opened.source, gate, opened.guarded, plans, election).await;
     // Ends the sessions, and on Kubernetes waits until an acquire cut off
     // by the stop has given back the Lease its write may have taken.
     if let Err(e) = tokio::time::timeout(CLOSE_LIMIT, source.close()).await {
@@ -222,4 +272,35 @@ async fn fence_run_client(name: String, source: String, plan: ClientPlan) -> Res
     let outcome = fence_run::run_wrapper(wrapper).await;
     let _ = std::fs::remove_file(socket);
     outcome.map_err(|e| format!("{name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coordinated_client_stands_in_two_elections_under_two_identities() {
+        let first = ResourceName::new("campaign-a").unwrap();
+        let base = plan(first, Duration::from_secs(2), 7);
+        let plans = coordinated_plans("c2", base, "campaign-b").unwrap();
+        let what: Vec<(&str, Option<&str>)> = plans
+            .iter()
+            .map(|p| (p.resource.as_str(), p.holder.as_deref()))
+            .collect();
+        assert_eq!(
+            what,
+            [("campaign-a", Some("c2-a")), ("campaign-b", Some("c2-b"))]
+        );
+        assert_ne!(plans[0].seed, plans[1].seed);
+        for p in &plans {
+            assert!(p.stand_between_holds && p.step_out_one_in > 0);
+            assert_eq!(p.hold, COORDINATED_HOLD);
+        }
+        let base = plan(
+            ResourceName::new("campaign-a").unwrap(),
+            Duration::from_secs(2),
+            7,
+        );
+        assert!(coordinated_plans("c2", base, "Not A Lock").is_err());
+    }
 }

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod checker;
 pub mod client;
 pub mod client_process;
+pub mod coordinated;
 pub mod fence_run;
 pub mod heal;
 pub mod history;

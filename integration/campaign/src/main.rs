@@ -83,8 +83,9 @@ struct RunArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// What the clients do: take the lock, campaign as LeaderElector
-    /// candidates (`LeaderElector::run` with gated work), or run `fence run`
-    /// whose command writes with FENCING_TOKEN
+    /// candidates (`LeaderElector::run` with gated work), run `fence run`
+    /// whose command writes with FENCING_TOKEN, or (kube) stand in two
+    /// elections of the apiserver's coordinated leader election at once
     #[arg(long, value_enum, default_value_t = Workload::Lock)]
     workload: Workload,
     /// The last client is an anchor instead (lock workload): Go's
@@ -129,6 +130,10 @@ struct ClientArgs {
     /// Ignore the grant's loss and write through the whole hold
     #[arg(long, conflicts_with_all = ["elect", "fence_run"])]
     careless: bool,
+    /// Also stand in a second coordinated election, on this lock (the
+    /// source URL makes the client a coordinated candidate)
+    #[arg(long, conflicts_with_all = ["elect", "fence_run", "careless"])]
+    coordinated: Option<String>,
 }
 
 impl From<ClientArgs> for client_process::ClientOptions {
@@ -143,6 +148,7 @@ impl From<ClientArgs> for client_process::ClientOptions {
             elect: a.elect,
             fence_run: a.fence_run,
             careless: a.careless,
+            coordinated: a.coordinated,
         }
     }
 }
@@ -366,6 +372,10 @@ async fn campaign(args: RunArgs) -> ExitCode {
         faults,
     } = args;
     let (kind, ttl) = kind_and_ttl(backend);
+    if let Err(e) = workload.fits(kind, locks, anchor) {
+        eprintln!("campaign: {e}");
+        return ExitCode::from(2);
+    }
     let parsed = faults
         .as_deref()
         .map(|list| parse_faults(list, kind, postgres));

@@ -109,9 +109,10 @@ pub(super) fn loss_before_next_grant(ctx: &Ctx) -> PropertyResult {
     }
     for (resource, hs) in &by_resource {
         for (k, h) in hs.iter().enumerate() {
+            let own = ctx.bugs.own_next_grant_counts;
             let Some(next) = hs[k + 1..]
                 .iter()
-                .find(|n| n.client != h.client && n.token > h.token)
+                .find(|n| (own || n.client != h.client) && n.token > h.token)
             else {
                 continue;
             };

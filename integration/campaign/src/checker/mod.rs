@@ -201,6 +201,14 @@ pub struct BackendFacts {
     /// limit. A hold taken over by a candidate in a `clock-fast` fault is
     /// reported as that limit, never counted as a pass.
     pub candidates_judge_expiry_on_their_clocks: bool,
+    /// Each client stands for one holder identity per lock, and keeps an
+    /// acquire of it going while it holds (the coordinated workload): a
+    /// grant of a lock to a client that still holds it is then a second
+    /// grant to one identity, which the library must never make (issue
+    /// 54, item 1), so the client's own next grant counts as "the next
+    /// grant" too. In the other workloads a client acquires only after its
+    /// last hold ended.
+    pub own_next_grant_counts: bool,
     /// The longest a lock that had a waiter when a fault healed may go
     /// without a grant, counting only time without another member, link
     /// or apiserver fault (see [`super::heal`]); `None` checks nothing and

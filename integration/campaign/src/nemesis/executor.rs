@@ -8,7 +8,7 @@ use rustix::process::Signal;
 use super::{Fault, Nemesis};
 use crate::history::{EventKind, NEMESIS};
 use crate::kube::AdminAction;
-use crate::run::{blocking, Clock, World};
+use crate::run::{blocking, Clock, Workload, World};
 use fencing_harness::namespaced::{Kind, DISTANT, VOTERS};
 
 /// How to undo one started fault.
@@ -18,6 +18,9 @@ enum Undo {
     Heal,
     ResumeMember(usize),
     RestartMember(usize),
+    /// The apiserver started again after a kill; in the coordinated
+    /// workload, the dead one's election-controller Lease deleted too.
+    RestartApiserver(usize),
     RestartCluster,
     ResumeClient(usize),
     RestartClient(usize),
@@ -94,6 +97,13 @@ impl Nemesis {
                 Undo::RestartMember(i) => {
                     let member = &mut cluster(world)?.members[i];
                     blocking(|| member.restart()).map_err(|e| e.to_string())?
+                }
+                Undo::RestartApiserver(i) => {
+                    let member = &mut cluster(world)?.members[i];
+                    blocking(|| member.restart()).map_err(|e| e.to_string())?;
+                    if world.workload() == Workload::Coordinated {
+                        kube_admin(world, AdminAction::ReleaseDeadController).await;
+                    }
                 }
                 Undo::RestartCluster => {
                     let cluster = cluster(world)?;
@@ -310,7 +320,7 @@ impl Nemesis {
                     Ok(("apiserver".into(), Undo::ResumeMember(api)))
                 } else {
                     blocking(|| member.kill());
-                    Ok(("apiserver".into(), Undo::RestartMember(api)))
+                    Ok(("apiserver".into(), Undo::RestartApiserver(api)))
                 }
             }
             Fault::DeleteLeases => {

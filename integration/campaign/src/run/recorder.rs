@@ -73,25 +73,11 @@ impl Recorder {
     }
 
     /// The clients that hold a grant now, as far as their reports go, with
-    /// how long they have held it (ns), longest first.
+    /// how long they have held it (ns), longest first; a client in two
+    /// elections at once is there once for each grant it holds.
     pub fn holders(&self) -> Vec<(String, u64)> {
         let events = self.events.lock().unwrap();
-        let mut since: HashMap<&str, Option<u64>> = HashMap::new();
-        for e in events.iter() {
-            let held = match e.kind {
-                EventKind::Grant { .. } => Some(e.at_ns),
-                EventKind::Release { .. } | EventKind::Lost { .. } | EventKind::Crash {} => None,
-                _ => continue,
-            };
-            since.insert(e.client.as_str(), held);
-        }
-        let now = self.now_ns();
-        let mut held: Vec<(String, u64)> = since
-            .into_iter()
-            .filter_map(|(c, at)| Some((c.to_owned(), now.saturating_sub(at?))))
-            .collect();
-        held.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        held
+        held_since(&events, self.now_ns())
     }
 
     /// How many grants the clients reported so far.
@@ -111,6 +97,32 @@ impl Recorder {
             .iter()
             .any(|e| e.at_ns > since_ns && matches!(e.kind, EventKind::Grant { .. }))
     }
+}
+
+/// Per client and resource, the grant it holds at `now` (ns since it was
+/// granted), longest first: a grant ends at its loss or release, or at a
+/// crash of its client, which ends all of them.
+fn held_since(events: &[Event], now: u64) -> Vec<(String, u64)> {
+    let mut since: HashMap<(&str, &str), u64> = HashMap::new();
+    for e in events {
+        let client = e.client.as_str();
+        match &e.kind {
+            EventKind::Grant { resource, .. } => {
+                since.insert((client, resource.as_str()), e.at_ns);
+            }
+            EventKind::Release { resource, .. } | EventKind::Lost { resource, .. } => {
+                since.remove(&(client, resource.as_str()));
+            }
+            EventKind::Crash {} => since.retain(|(c, _), _| *c != client),
+            _ => {}
+        }
+    }
+    let mut held: Vec<(String, u64)> = since
+        .into_iter()
+        .map(|((c, _), at)| (c.to_owned(), now.saturating_sub(at)))
+        .collect();
+    held.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    held
 }
 
 #[cfg(test)]
@@ -137,5 +149,34 @@ mod tests {
         let too_early = read_at - 1_000_000_001;
         assert_eq!(recorder.client_stamp(client(too_early), read_at), read_at);
         assert_eq!(recorder.client_stamp(Some(0), read_at), read_at);
+    }
+
+    #[test]
+    fn a_client_holds_each_of_its_elections_apart() {
+        use crate::history::test_events::{ev, MS};
+        let grant = |at, c: &str, r: &str| {
+            let (resource, token) = (r.to_owned(), at);
+            ev(at, c, EventKind::Grant { resource, token })
+        };
+        let release = |at, c: &str, r: &str, token| {
+            let resource = r.to_owned();
+            ev(at, c, EventKind::Release { resource, token })
+        };
+        let events = [
+            grant(10, "c1", "a"),
+            grant(20, "c1", "b"),
+            grant(30, "c2", "a"),
+            // The release of one election leaves the other held.
+            release(40, "c1", "b", 20),
+        ];
+        let now = 100 * MS;
+        assert_eq!(
+            held_since(&events, now),
+            [("c1".to_owned(), 90 * MS), ("c2".to_owned(), 70 * MS)]
+        );
+        let mut crashed = events.to_vec();
+        crashed.push(grant(50, "c1", "b"));
+        crashed.push(ev(60, "c1", EventKind::Crash {}));
+        assert_eq!(held_since(&crashed, now), [("c2".to_owned(), 70 * MS)]);
     }
 }

@@ -34,6 +34,38 @@ pub enum Workload {
     /// Run `fence run`, whose command writes with `FENCING_TOKEN`
     /// ([`crate::fence_run`]).
     FenceRun,
+    /// Kubernetes only: stand in two elections at once as candidates of
+    /// kube-apiserver's coordinated leader election, then hold, write and
+    /// release as the lock workload does ([`crate::coordinated`]).
+    Coordinated,
+}
+
+impl Workload {
+    /// Whether this workload can run on `kind` with `locks` locks and,
+    /// with `anchor`, an anchor client; why not otherwise.
+    pub fn fits(self, kind: Kind, locks: usize, anchor: bool) -> Result<(), String> {
+        if self != Workload::Coordinated {
+            return Ok(());
+        }
+        if kind != Kind::Kube {
+            return Err("--workload coordinated runs on --backend kube only".into());
+        }
+        if locks < crate::coordinated::ELECTIONS {
+            return Err(format!(
+                "--workload coordinated needs --locks {} or more: each client stands in \
+                 two elections, on two Leases",
+                crate::coordinated::ELECTIONS
+            ));
+        }
+        if anchor {
+            return Err(
+                "--workload coordinated has no anchor (client-go's elector would take the \
+                 Leases the election controller manages)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -73,5 +105,18 @@ mod tests {
         for name in &all {
             assert!(fencing::ResourceName::new(name).is_ok(), "{name}");
         }
+    }
+
+    #[test]
+    fn coordinated_runs_on_kubernetes_with_two_leases_and_no_anchor() {
+        assert!(Workload::Coordinated.fits(Kind::Kube, 2, false).is_ok());
+        let local = Workload::Coordinated.fits(Kind::Local, 2, false);
+        assert!(local.unwrap_err().contains("kube only"));
+        let one = Workload::Coordinated.fits(Kind::Kube, 1, false);
+        assert!(one.unwrap_err().contains("--locks 2"));
+        let anchor = Workload::Coordinated.fits(Kind::Kube, 2, true);
+        assert!(anchor.unwrap_err().contains("no anchor"));
+        // The other workloads keep what they accepted.
+        assert!(Workload::Lock.fits(Kind::Local, 1, true).is_ok());
     }
 }

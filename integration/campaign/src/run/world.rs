@@ -15,12 +15,12 @@ use super::anchor::{anchor_args, anchor_binary};
 use super::member_exits::MemberExits;
 use super::relay::{relay, ClientStdin};
 use super::{lock_names, Config, Recorder, Workload};
-use crate::checker;
 use crate::history::EventKind;
 use crate::kube::AdminAction;
 use crate::nemesis::kube_admin;
 use crate::pg_storage::PgStore;
 use crate::storage::Storage;
+use crate::{checker, coordinated};
 use fencing_harness::namespaced::{Cluster, Kind, Tuning};
 use fencing_harness::net::netns::{Host, Network};
 
@@ -146,6 +146,11 @@ impl World {
         &self.spawner.locks
     }
 
+    /// What the clients do.
+    pub fn workload(&self) -> Workload {
+        self.spawner.workload
+    }
+
     /// Starts client `i` (a new process with a new seed after a kill).
     pub async fn start_client(&mut self, i: usize) -> Result<(), String> {
         // Two faults may both restart one client; the process replaced here
@@ -212,6 +217,11 @@ impl World {
                 Workload::FenceRun => {
                     cmd.arg("--fence-run");
                 }
+                Workload::Coordinated => {
+                    let locks = coordinated::election_locks(i, &s.locks)
+                        .ok_or("the coordinated workload needs two locks")?;
+                    cmd.args(["--coordinated", &locks[1]]);
+                }
             }
         }
         let log = std::fs::OpenOptions::new()
@@ -266,7 +276,12 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
     } else {
         let (network, cluster, hosts) = start_cluster(cfg)?;
         let urls = (0..cfg.clients)
-            .map(|i| cluster.client_url(i, cfg.ttl))
+            .map(|i| match cfg.workload {
+                Workload::Coordinated => {
+                    coordinated::candidate_url(&cluster.client_url(i, cfg.ttl), i)
+                }
+                _ => cluster.client_url(i, cfg.ttl),
+            })
             .collect();
         (Some(network), Some(cluster), hosts, urls)
     };
@@ -325,6 +340,9 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
             return Err(format!("binding the clients' RBAC: {granted}"));
         }
     }
+    if cfg.workload == Workload::Coordinated {
+        prepare_coordinated(&world).await?;
+    }
     for i in 0..world.clients.len() {
         world.start_client(i).await?;
     }
@@ -341,12 +359,11 @@ fn start_cluster(cfg: &Config) -> Result<(Network, Cluster, Vec<Option<Host>>), 
     let client_hosts = (1..=cfg.clients)
         .map(|i| add(cfg.client_name(i - 1)).map(Some))
         .collect::<Result<Vec<_>, _>>()?;
-    let cluster = Cluster::start_tuned(
-        cfg.kind,
-        &member_hosts,
-        &cfg.out,
-        &Tuning::campaign(cfg.kind),
-    )?;
+    let tuning = Tuning {
+        coordinated_election: cfg.workload == Workload::Coordinated,
+        ..Tuning::campaign(cfg.kind)
+    };
+    let cluster = Cluster::start_tuned(cfg.kind, &member_hosts, &cfg.out, &tuning)?;
     Ok((network, cluster, client_hosts))
 }
 
@@ -366,6 +383,21 @@ async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {
         "no leader within {limit:?}:\n{}",
         tails.join("\n---\n")
     ))
+}
+
+/// What a coordinated candidate needs besides the lock workload's RBAC:
+/// `rbac-coordinated.yaml` bound to the clients' user, and the apiserver's
+/// election controller running (it starts once `kube-system` exists).
+async fn prepare_coordinated(world: &World) -> Result<(), String> {
+    let granted = kube_admin(world, AdminAction::GrantCandidates).await;
+    if granted != "granted" {
+        return Err(format!("binding the candidates' RBAC: {granted}"));
+    }
+    let system = kube_admin(world, AdminAction::StartElectionController).await;
+    if !system.starts_with("created") && !system.ends_with("exists") {
+        return Err(format!("starting the election controller: {system}"));
+    }
+    Ok(())
 }
 
 /// Waits until the apiserver's `/readyz` says ok.
@@ -456,13 +488,40 @@ pub(super) async fn finish(world: &mut World) -> Option<String> {
             }
         }
     }
-    let leftover = leftover_holder(world).await;
+    let leftover = match world.spawner.workload {
+        Workload::Coordinated => coordinated_leftovers(world).await,
+        _ => leftover_holder(world).await,
+    };
     let names: Vec<String> = world.clients.iter().map(|c| c.name.clone()).collect();
     crate::fence_run::remove_sockets(&names);
     world.clients.clear();
     world.cluster = None;
     world.network = None;
     leftover
+}
+
+/// What the coordinated election left behind once every client stopped
+/// (see [`coordinated::judge`]), looked at again until it is clean or the
+/// same time as [`leftover_holder`] gives expiring sessions has passed:
+/// a candidate deleted or a Lease released just before the exit may not
+/// be visible at once.
+async fn coordinated_leftovers(world: &World) -> Option<String> {
+    let within = world.spawner.ttl * 3 + Duration::from_secs(2);
+    let started = Instant::now();
+    loop {
+        let answer = kube_admin(world, AdminAction::Leftovers).await;
+        let found = match serde_json::from_str::<coordinated::Leftovers>(&answer) {
+            Ok(left) => coordinated::judge(&left, &world.recorder.events()),
+            Err(_) => vec![format!("listing the leftovers failed: {answer}")],
+        };
+        if found.is_empty() {
+            return None;
+        }
+        if started.elapsed() >= within {
+            return Some(found.join("; "));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The holder the coordinator still reports once every client stopped and

@@ -4,8 +4,10 @@
 //! certificates: `system:masters` for the controller's administration
 //! (readiness, Lease deletion, RBAC), and the user [`CLIENT_USER`] for
 //! every campaign client, ours and client-go, bound by
-//! `deploy/kubernetes/rbac.yaml` (get, create and update on Leases) and
-//! nothing else, as a user of the library would run.
+//! `deploy/kubernetes/rbac.yaml` (get, create and update on Leases) and,
+//! for coordinated candidates, `deploy/kubernetes/rbac-coordinated.yaml`
+//! (LeaseCandidates too), and nothing else, as a user of the library
+//! would run.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -35,8 +37,15 @@ pub struct ControlPlane {
 }
 
 /// Writes the certificates and the kubeconfig under `dir` for an apiserver
-/// on `api` storing into the etcd members at `etcd`.
-pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPlane, String> {
+/// on `api` storing into the etcd members at `etcd`; with `coordinated`,
+/// the apiserver also runs coordinated leader election (see
+/// [`coordinated_election_flags`]).
+pub fn control_plane(
+    api: &Host,
+    etcd: &[Host],
+    dir: &Path,
+    coordinated: bool,
+) -> Result<ControlPlane, String> {
     let binary = crate::kubernetes::cluster::apiserver_binary().map_err(|e| e.to_string())?;
     let pki = dir.join("pki");
     std::fs::create_dir_all(&pki).map_err(|e| e.to_string())?;
@@ -109,6 +118,9 @@ pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPla
             .arg("--service-cluster-ip-range=10.0.0.0/24")
             .arg("--enable-priority-and-fairness=false")
             .arg("--profiling=false");
+        if coordinated {
+            cmd.args(coordinated_election_flags());
+        }
         cmd
     });
     Ok(ControlPlane {
@@ -116,6 +128,20 @@ pub fn control_plane(api: &Host, etcd: &[Host], dir: &Path) -> Result<ControlPla
         client_kubeconfig,
         command,
     })
+}
+
+/// The flags of an apiserver that runs coordinated leader election
+/// (KEP-4355, beta and off by default in 1.36): the feature gate, without
+/// which the apiserver drops a Lease's `strategy` and `preferredHolder`,
+/// and the `v1beta1` API that serves LeaseCandidates. Only the campaigns
+/// that need them set them, so that the other Kubernetes campaigns keep
+/// the apiserver they always had (the election controller watches every
+/// Lease in the cluster).
+pub fn coordinated_election_flags() -> [&'static str; 2] {
+    [
+        "--feature-gates=CoordinatedLeaderElection=true",
+        "--runtime-config=coordination.k8s.io/v1beta1=true",
+    ]
 }
 
 /// The kubeconfig of `user` (`admin` or `client`, the stem of its PEM

@@ -125,7 +125,7 @@ impl Tuning {
     }
 }
 
-/// Timing settings of the members that a test may change.
+/// Settings of the members that a test may change.
 #[derive(Clone, Debug)]
 pub struct Tuning {
     /// ZooKeeper's syncLimit in ticks of 200 ms: how long a follower cut
@@ -138,6 +138,11 @@ pub struct Tuning {
     /// counts its own election timeout), as operators set it for a distant
     /// member.
     pub election_timeouts_ms: Vec<u64>,
+    /// Kubernetes: the apiserver runs with the CoordinatedLeaderElection
+    /// feature gate and serves `coordination.k8s.io/v1beta1`
+    /// (LeaseCandidates), so that its election controller picks the
+    /// holders of Leases that coordinated candidates stand for.
+    pub coordinated_election: bool,
 }
 
 impl Default for Tuning {
@@ -145,6 +150,7 @@ impl Default for Tuning {
         Tuning {
             sync_limit: SYNC_LIMIT,
             election_timeouts_ms: Vec::new(),
+            coordinated_election: false,
         }
     }
 }
@@ -185,7 +191,12 @@ impl Cluster {
                 Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir, tuning)?,
                 Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir, tuning)?,
                 Kind::Kube => {
-                    let plane = kube::control_plane(host, voters, &member_dir)?;
+                    let plane = kube::control_plane(
+                        host,
+                        voters,
+                        &member_dir,
+                        tuning.coordinated_election,
+                    )?;
                     kubeconfig = Some(plane.kubeconfig);
                     client_kubeconfig = Some(plane.client_kubeconfig);
                     plane.command

@@ -242,3 +242,34 @@ fn anchors_are_named_by_library_and_number() {
         assert!(!is_anchor(client), "{client}");
     }
 }
+
+#[test]
+fn a_second_grant_to_a_holding_client_counts_only_where_it_stands_for_one_identity() {
+    // c1 holds token 1 and is granted token 2 of the same lock before it
+    // released token 1: two grants to one coordinated identity at once.
+    let mut h = H::default();
+    h.add(start(0, "c1"));
+    h.add(grant(1, "c1", 1));
+    h.add(start(2, "c1"));
+    h.add(grant(4, "c1", 2));
+    h.add(release(6, "c1", 1));
+    h.add(release(8, "c1", 2));
+    assert!(
+        check(&h.0).passed(),
+        "a client's own grants are unordered by default"
+    );
+    let coordinated = BackendFacts {
+        own_next_grant_counts: true,
+        ..BackendFacts::default()
+    };
+    let report = run(&h.0, None, coordinated);
+    assert_only_fails(&report, LOSS_BEFORE_NEXT_GRANT);
+    let m = &report.property(LOSS_BEFORE_NEXT_GRANT).unwrap().violations[0].message;
+    assert!(
+        m.contains("c1 still held token 1") && m.contains("c1 was granted token 2"),
+        "{m}"
+    );
+    // Released first: the standing acquire's grant is in order.
+    h.0[4].at_ns = 3 * MS;
+    assert!(run(&h.0, None, coordinated).passed());
+}
