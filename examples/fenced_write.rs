@@ -26,7 +26,7 @@ async fn main() -> Result<(), Error> {
     let ledger = ResourceName::new("ledger")?;
     let options = AcquireOptions::new()
         .ttl(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30));
+        .wait(Duration::from_secs(30));
 
     // `fenced` re-acquires and redoes the work when the store refuses the
     // token (someone newer wrote first) or the grant is lost meanwhile.

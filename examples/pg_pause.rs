@@ -48,7 +48,7 @@ async fn writer(args: &[String]) -> Res<()> {
     let source = fencing::connect(url).await?;
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(1))
-        .timeout(Duration::from_secs(20));
+        .wait(Duration::from_secs(20));
     let grant = source
         .acquire(&ResourceName::new("account-1")?, &opts)
         .await?;

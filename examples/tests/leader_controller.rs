@@ -167,7 +167,7 @@ async fn etcd() {
 async fn zookeeper() {
     let f = ZkFixture::start(ZkVersion::V3_9).await;
     let url = format!(
-        "zk://{}{}?session_timeout=2&ensemble={}",
+        "zk://{}{}?ttl=2&ensemble={}",
         f.ensemble.connect_string(),
         f.path,
         f.name

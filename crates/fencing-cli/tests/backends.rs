@@ -22,7 +22,7 @@ fn etcd_url(f: &EtcdFixture) -> String {
 /// The ZooKeeper lease is the session: its timeout plays the TTL.
 fn zk_url(f: &ZkFixture) -> String {
     format!(
-        "zk://{}{}?session_timeout=2&ensemble={}",
+        "zk://{}{}?ttl=2&ensemble={}",
         f.ensemble.connect_string(),
         f.path,
         f.name

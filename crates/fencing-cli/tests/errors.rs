@@ -41,7 +41,7 @@ fn assert_unreachable(out: &Output, endpoint: &str, backend: &str) {
 fn unreachable_etcd_is_one_line_naming_endpoint_and_cause() {
     let endpoint = format!("127.0.0.1:{}", closed_port());
     let started = Instant::now();
-    let out = run_true(&format!("etcd://{endpoint}/locks?timeout=1"), &[]);
+    let out = run_true(&format!("etcd://{endpoint}/locks?request_timeout=1"), &[]);
     assert_unreachable(&out, &endpoint, "cannot reach etcd");
     assert!(started.elapsed() < Duration::from_secs(20));
 }
@@ -49,7 +49,7 @@ fn unreachable_etcd_is_one_line_naming_endpoint_and_cause() {
 #[test]
 fn unreachable_zookeeper_is_one_line_naming_endpoint_and_cause() {
     let endpoint = format!("127.0.0.1:{}", closed_port());
-    let out = run_true(&format!("zk://{endpoint}/locks?timeout=1"), &[]);
+    let out = run_true(&format!("zk://{endpoint}/locks?request_timeout=1"), &[]);
     assert_unreachable(&out, &endpoint, "cannot reach ZooKeeper");
 }
 
@@ -68,7 +68,10 @@ fn unreachable_apiserver_is_one_line_naming_endpoint_and_cause() {
         ),
     )
     .unwrap();
-    let source = format!("kube://team?kubeconfig={}&timeout=2", kubeconfig.display());
+    let source = format!(
+        "kube://team?kubeconfig={}&request_timeout=2",
+        kubeconfig.display()
+    );
     let out = run_true(&source, &[]);
     assert_unreachable(&out, &endpoint, "cannot reach the Kubernetes apiserver");
 }
@@ -165,11 +168,11 @@ fn no_spelling_of_a_password_leaks_into_errors_or_debug_logs() {
         ("etcd://u:SECRET-7@127.0.0.1:1/locks".to_owned(), 2),
         ("etcd://u%3ASECRET-7@127.0.0.1:1/locks".to_owned(), 2),
         (
-            format!("etcd://127.0.0.1:{port}/locks?timeout=1&user=u&pass%77ord=SECRET-7"),
+            format!("etcd://127.0.0.1:{port}/locks?request_timeout=1&user=u&pass%77ord=SECRET-7"),
             1,
         ),
         (
-            format!("zk://127.0.0.1:{port}/locks?timeout=1&user=u&pass%77ord=SECRET-7"),
+            format!("zk://127.0.0.1:{port}/locks?request_timeout=1&user=u&pass%77ord=SECRET-7"),
             1,
         ),
     ];

@@ -105,7 +105,7 @@ async fn a_child_that_traps_sigterm_is_dead_before_the_next_holder_is_granted() 
     let next = source
         .acquire(
             &ResourceName::new("l").unwrap(),
-            &AcquireOptions::new().timeout(Duration::from_secs(20)),
+            &AcquireOptions::new().wait(Duration::from_secs(20)),
         )
         .await
         .expect("fence's lease runs out");
@@ -153,7 +153,7 @@ async fn a_grandchild_dies_with_a_sigkilled_fence_before_the_next_grant() {
     let next = source
         .acquire(
             &ResourceName::new("l").unwrap(),
-            &AcquireOptions::new().timeout(Duration::from_secs(20)),
+            &AcquireOptions::new().wait(Duration::from_secs(20)),
         )
         .await
         .expect("the killed fence's lease runs out");
@@ -193,7 +193,7 @@ async fn leftover_background_processes_are_killed_before_the_release() {
         let grant = source
             .acquire(
                 &ResourceName::new("l").unwrap(),
-                &AcquireOptions::new().timeout(Duration::from_secs(20)),
+                &AcquireOptions::new().wait(Duration::from_secs(20)),
             )
             .await
             .expect("released when the command exits");

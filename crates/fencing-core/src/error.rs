@@ -53,7 +53,7 @@ pub enum Error {
         after: Duration,
     },
 
-    /// An acquire's wait bound ([`AcquireOptions::timeout`](crate::AcquireOptions::timeout))
+    /// An acquire's wait bound ([`AcquireOptions::wait`](crate::AcquireOptions::wait))
     /// ran out while another holder kept the resource: the coordinator
     /// answered, the lock was not free (Curator's `acquire(time)` returning
     /// false). Nothing is wrong; try again later.

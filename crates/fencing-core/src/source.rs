@@ -19,8 +19,8 @@ use crate::resource::ResourceName;
 /// use fencing_core::AcquireOptions;
 ///
 /// let opts = AcquireOptions::new()
-///     .ttl(Duration::from_secs(10))
-///     .timeout(Duration::from_secs(30))
+///     .ttl(Duration::from_secs(10)) // how long the lease lasts
+///     .wait(Duration::from_secs(30)) // how long acquire may wait for it
 ///     .holder("worker-7");
 /// assert_eq!(opts.ttl, Some(Duration::from_secs(10)));
 /// ```
@@ -45,13 +45,13 @@ pub struct AcquireOptions {
     ///   ([`LeaderTimings`](crate::LeaderTimings), scaled to a TTL the
     ///   configured deadline does not fit under).
     pub ttl: Option<Duration>,
-    /// How long an acquire may wait; `None` waits until granted or until
+    /// How long an acquire may wait (Curator's `acquire(time, unit)`); `None` waits until granted or until
     /// the future is dropped. Ends in [`Error::Contended`] when the
     /// coordinator answered that another holder kept the resource, in
     /// [`Error::Timeout`] (naming the last error) when it did not answer.
     /// Not the limit of each request, which is the source's
     /// `request_timeout`.
-    pub timeout: Option<Duration>,
+    pub wait: Option<Duration>,
     /// Holder identity shown by [`FencingSource::holder`]; `None` takes the
     /// source's own (host name, process id and a random suffix).
     pub holder: Option<String>,
@@ -85,10 +85,12 @@ impl AcquireOptions {
         self
     }
 
-    /// Sets how long acquire may wait.
+    /// Sets how long acquire may wait (not the lease's length, which is
+    /// [`ttl`](Self::ttl), nor a request's limit, which is the source's
+    /// `request_timeout`).
     #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
         self
     }
 
@@ -182,7 +184,7 @@ pub trait FencingSource: Send + Sync + std::fmt::Debug {
     /// did not answer.
     async fn lock_within(&self, name: &str, wait: Duration) -> Result<Grant> {
         let resource = ResourceName::new(name)?;
-        self.acquire(&resource, &AcquireOptions::new().timeout(wait))
+        self.acquire(&resource, &AcquireOptions::new().wait(wait))
             .await
     }
 
@@ -265,12 +267,12 @@ impl<T: RawSource> FencingSource for T {
         let span = tracing::info_span!("fencing.acquire", %resource, %source, token = tracing::field::Empty);
         let requeued = AtomicUsize::new(0);
         let last_error = std::sync::Mutex::new(None);
-        let waiting = wait_requeuing(options.timeout.is_some(), &requeued, &last_error, || {
+        let waiting = wait_requeuing(options.wait.is_some(), &requeued, &last_error, || {
             self.take(resource, options, IfHeld::Wait)
         });
         let started = tokio::time::Instant::now();
         let result = async {
-            let Some(limit) = options.timeout else {
+            let Some(limit) = options.wait else {
                 return waiting.await;
             };
             match tokio::time::timeout(limit, waiting).await {
@@ -608,7 +610,7 @@ mod tests {
     async fn a_silent_cluster_times_out_with_its_last_error() {
         let source = Silent(SourceId::new("test:silent"));
         let r = ResourceName::new("r").unwrap();
-        let opts = AcquireOptions::new().timeout(Duration::from_secs(1));
+        let opts = AcquireOptions::new().wait(Duration::from_secs(1));
         match source.acquire(&r, &opts).await {
             Err(Error::Timeout { operation, after }) => {
                 assert_eq!(after, Duration::from_secs(1));
@@ -633,7 +635,7 @@ mod tests {
             .acquire(&r, &AcquireOptions::new().holder("first"))
             .await
             .unwrap();
-        let opts = AcquireOptions::new().timeout(Duration::from_millis(300));
+        let opts = AcquireOptions::new().wait(Duration::from_millis(300));
         match source.acquire(&r, &opts).await {
             Err(Error::Contended {
                 resource,

@@ -99,7 +99,7 @@ impl EtcdConfig {
         self
     }
 
-    /// Parses `etcd://host:port[,host:port...]/prefix[?ttl=SECS&timeout=SECS&user=U&password=P]`;
+    /// Parses `etcd://host:port[,host:port...]/prefix[?ttl=SECS&request_timeout=SECS&user=U&password=P]`;
     /// `etcds://` adds TLS with `ca=`, `cert=`, `key=` and `domain=` query
     /// parameters (file paths). The grammar is the shared one of
     /// [`UrlParts`]: the scheme in any case, values percent-decoded (write
@@ -127,7 +127,8 @@ impl EtcdConfig {
             };
             match k {
                 "ttl" => cfg.ttl = whole_seconds(secs()?),
-                "timeout" => cfg.request_timeout = secs()?,
+                "request_timeout" => cfg.request_timeout = secs()?,
+                "timeout" => return Err(bad("timeout= is request_timeout= (the limit of each request); how long an acquire may wait is AcquireOptions::wait")),
                 "user" | "password" => {}
                 "ca" | "cert" | "key" | "domain" if !tls => {
                     return Err(bad(&format!("{k}= needs an etcds:// URL")));
@@ -257,7 +258,7 @@ mod tests {
 
     #[test]
     fn parses_hosts_prefix_and_options() {
-        let c = EtcdConfig::from_url("etcds://a:1,b:2/x/y/?ttl=2.5&timeout=1&ca=/c.pem&cert=/u.pem&key=/k.pem&user=u&password=p")
+        let c = EtcdConfig::from_url("etcds://a:1,b:2/x/y/?ttl=2.5&request_timeout=1&ca=/c.pem&cert=/u.pem&key=/k.pem&user=u&password=p")
             .unwrap();
         assert_eq!(c.endpoints, ["a:1", "b:2"]);
         assert_eq!(c.prefix, "/x/y");

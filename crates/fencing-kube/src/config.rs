@@ -245,7 +245,7 @@ impl KubeLeaseConfig {
         self
     }
 
-    /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`.
+    /// Parses `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&request_timeout=SECS&cluster=NAME]`.
     ///
     /// `coordinated=true&binary_version=X.Y.Z[&emulation_version=X.Y.Z]`
     /// joins coordinated leader election ([`LeaseOptions::coordinated`]).
@@ -307,12 +307,17 @@ impl KubeLeaseConfig {
             "ttl" => o.timings.lease_duration = whole_seconds(secs("ttl")?),
             "renew_deadline" => o.timings.renew_deadline = secs("renew_deadline")?,
             "retry_period" => o.timings.retry_period = secs("retry_period")?,
-            "timeout" => o.request_timeout = secs("timeout")?,
+            "request_timeout" => o.request_timeout = secs("request_timeout")?,
+            "timeout" => {
+                return Err("timeout= is request_timeout= (the limit of each request); how long an \
+                            acquire may wait is AcquireOptions::wait"
+                    .into())
+            }
             // Read together by `candidacy`.
             "coordinated" | "binary_version" | "emulation_version" => {}
             other => {
                 return Err(format!(
-                "unknown parameter {other:?} (known: kubeconfig, context, cluster, ttl, lease_duration, renew_deadline, retry_period, timeout, coordinated, binary_version, emulation_version)"
+                "unknown parameter {other:?} (known: kubeconfig, context, cluster, ttl, lease_duration, renew_deadline, retry_period, request_timeout, coordinated, binary_version, emulation_version)"
             ))
             }
         }
@@ -371,7 +376,7 @@ mod tests {
     #[test]
     fn parses_namespace_and_every_option() {
         let c = KubeLeaseConfig::from_url(
-            "kube://team-a/?kubeconfig=/k/conf&context=ctx&cluster=prod&lease_duration=5.5&renew_deadline=4&retry_period=0.5&timeout=2",
+            "kube://team-a/?kubeconfig=/k/conf&context=ctx&cluster=prod&lease_duration=5.5&renew_deadline=4&retry_period=0.5&request_timeout=2",
         )
         .unwrap();
         assert_eq!(c.namespace, "team-a");
@@ -399,7 +404,7 @@ mod tests {
             ("etcd://a:1/x", "must start with kube://"),
             ("kube://a?ttl=0", "ttl=\"0\""),
             ("kube://a?ttl=-1", "ttl="),
-            ("kube://a?timeout=nan", "timeout="),
+            ("kube://a?request_timeout=nan", "timeout="),
             ("kube://a?kubeconfig=", "kubeconfig= is empty"),
             ("kube://a?ttl=3&lease_duration=4", "given twice"),
             ("kube://a?bogus=1", "unknown parameter \"bogus\""),

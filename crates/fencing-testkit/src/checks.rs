@@ -12,7 +12,7 @@ use crate::harness::{Client, Harness};
 use crate::history::History;
 
 fn opts(h: &dyn Harness) -> AcquireOptions {
-    AcquireOptions::new().ttl(h.ttl()).timeout(h.ttl() * 10)
+    AcquireOptions::new().ttl(h.ttl()).wait(h.ttl() * 10)
 }
 
 async fn acquire(client: &Client, h: &dyn Harness, resource: &fencing_core::ResourceName) -> Grant {
@@ -283,7 +283,7 @@ pub async fn holder_and_try_acquire_respect_the_holder(h: &dyn Harness) {
         .is_none());
     let short = AcquireOptions::new()
         .ttl(h.ttl())
-        .timeout(Duration::from_millis(300));
+        .wait(Duration::from_millis(300));
     // The cluster answered that someone holds it: contention, not a
     // silent cluster's timeout.
     match b.source.acquire(&r, &short).await {

@@ -29,7 +29,7 @@ pub const ENSEMBLE_ID_NODE: &str = "/fencing-ensemble-id";
 /// ```
 /// use fencing::zookeeper::ZkConfig;
 ///
-/// let cfg = ZkConfig::from_url("zk://zk1:2181,zk2:2181/app/locks?session_timeout=6&ensemble=prod")?;
+/// let cfg = ZkConfig::from_url("zk://zk1:2181,zk2:2181/app/locks?ttl=6&ensemble=prod")?;
 /// assert_eq!(cfg.hosts, ["zk1:2181", "zk2:2181"]);
 /// assert_eq!(cfg.path, "/app/locks");
 /// assert_eq!(cfg.ensemble.as_deref(), Some("prod"));
@@ -50,8 +50,11 @@ pub struct ZkConfig {
     /// whichever servers a source lists, and differs for another ensemble
     /// (also one rebuilt from nothing, whose czxids start over).
     pub ensemble: Option<String>,
-    /// Session timeout to ask for.
-    pub session_timeout: Duration,
+    /// The lease of the grants: the session timeout to ask for (the
+    /// ensemble may negotiate another, which then counts). An acquire's
+    /// own [`AcquireOptions::ttl`](fencing_core::AcquireOptions::ttl)
+    /// overrides it.
+    pub ttl: Duration,
     /// Limit for each request and for connecting.
     pub request_timeout: Duration,
     /// Digest credentials (`user`, `password`). With them, lock nodes and
@@ -78,7 +81,7 @@ impl ZkConfig {
             ensemble: None,
             hosts,
             path: path.into(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            ttl: DEFAULT_SESSION_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             digest: None,
             sasl: None,
@@ -97,10 +100,10 @@ impl ZkConfig {
         self
     }
 
-    /// Sets the session timeout to ask for.
+    /// Sets the grants' lease: the session timeout to ask for.
     #[must_use]
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
         self
     }
 
@@ -133,7 +136,7 @@ impl ZkConfig {
         self
     }
 
-    /// Parses `zk://host:port[,host:port...]/path[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`;
+    /// Parses `zk://host:port[,host:port...]/path[?ttl=SECS&request_timeout=SECS&ensemble=NAME&user=U&password=P]`;
     /// `sasl_user=` and `sasl_password=` add SASL DIGEST-MD5, and `ca=`
     /// (with `cert=` and `key=` for client authentication) switch to TLS.
     pub fn from_url(url: &str) -> Result<Self> {
@@ -155,8 +158,12 @@ impl ZkConfig {
                     .ok_or_else(|| bad(&format!("{k} must be a positive number of seconds")))
             };
             match k {
-                "session_timeout" => cfg.session_timeout = secs()?,
-                "timeout" => cfg.request_timeout = secs()?,
+                "ttl" => cfg.ttl = secs()?,
+                "session_timeout" => {
+                    return Err(bad("session_timeout= is ttl= (the session timeout to ask for)"))
+                }
+                "request_timeout" => cfg.request_timeout = secs()?,
+                "timeout" => return Err(bad("timeout= is request_timeout= (the limit of each request); how long an acquire may wait is AcquireOptions::wait")),
                 "ensemble" if !v.is_empty() => cfg.ensemble = Some(v.to_owned()),
                 "user" | "password" | "sasl_user" | "sasl_password" => {}
                 "ca" => ca = Some(PathBuf::from(v)),
@@ -240,7 +247,10 @@ mod tests {
         let c = ZkConfig::from_url("ZK://h:1/x?sasl_user=s&sasl_password=p%26q%25").unwrap();
         assert_eq!(c.sasl, Some(Credentials::new("s", "p&q%")));
         for (url, needle) in [
-            ("zk://h:1/x?timeout=1&timeout=2", "timeout= is given twice"),
+            (
+                "zk://h:1/x?request_timeout=1&request_timeout=2",
+                "timeout= is given twice",
+            ),
             ("zk://h:1/x?user=u", "user= and password= go together"),
             (
                 "zk://h:1/x?sasl_password=p",
@@ -274,13 +284,12 @@ mod tests {
 
     #[test]
     fn parses_hosts_path_and_options() {
-        let c =
-            ZkConfig::from_url("zk://b:2,a:1/x/y?session_timeout=4&timeout=2&user=u&password=p")
-                .unwrap();
+        let c = ZkConfig::from_url("zk://b:2,a:1/x/y?ttl=4&request_timeout=2&user=u&password=p")
+            .unwrap();
         assert_eq!(c.hosts, ["b:2", "a:1"]);
         assert_eq!(c.ensemble, None, "read from the ensemble at connect");
         assert_eq!(c.path, "/x/y");
-        assert_eq!(c.session_timeout, Duration::from_secs(4));
+        assert_eq!(c.ttl, Duration::from_secs(4));
         assert_eq!(c.digest, Some(Credentials::new("u", "p")));
         let c = ZkConfig::from_url(
             "zk://a:1/x?ca=/ca.pem&cert=/c.pem&key=/k.pem&sasl_user=s&sasl_password=q",
@@ -300,7 +309,7 @@ mod tests {
             "zk://a:1/x/./y",
             "zk://a:1/x/../y",
             "zk://a/x",
-            "zk://a:1/x?session_timeout=0",
+            "zk://a:1/x?ttl=0",
             "zk://a:1/x?user=u",
             "zk://a:1/x?what=1",
             "zk://a:1/x?sasl_user=u",

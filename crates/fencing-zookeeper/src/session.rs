@@ -226,7 +226,7 @@ pub(crate) struct Dialer {
 impl Dialer {
     async fn new(cfg: &ZkConfig) -> Result<Dialer> {
         let mut connector = Client::connector()
-            .with_session_timeout(cfg.session_timeout)
+            .with_session_timeout(cfg.ttl)
             .with_connection_timeout(per_host_timeout(cfg));
         if let Some(Credentials { user, password }) = &cfg.digest {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());

@@ -87,7 +87,7 @@ impl ZkSource {
             Some(name) => name.clone(),
             None => lock::ensemble_id(&session.zk).await?,
         };
-        let sessions = HashMap::from([(cfg.session_timeout, session)]);
+        let sessions = HashMap::from([(cfg.ttl, session)]);
         Ok(ZkSource {
             inner: Arc::new(Inner {
                 identity: SourceId::new(format!("zk:{ensemble}")),
@@ -134,7 +134,7 @@ impl ZkSource {
     /// The default session's handle, opening a new session when the last
     /// one ended.
     pub(crate) async fn default_zk(&self) -> Result<Zk> {
-        let session = self.session(self.inner.cfg.session_timeout).await?;
+        let session = self.session(self.inner.cfg.ttl).await?;
         Ok(session.zk.clone())
     }
 
@@ -147,7 +147,7 @@ impl ZkSource {
         F: FnMut(Zk) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let session = self.session(self.inner.cfg.session_timeout).await?;
+        let session = self.session(self.inner.cfg.ttl).await?;
         match op(session.zk.clone()).await {
             Err(_) if !session.is_live() => op(self.default_zk().await?).await,
             done => done,
@@ -167,7 +167,7 @@ impl ZkSource {
         // already. (Looking the grant's session up by its TTL found none
         // when the ensemble had negotiated another timeout than the one
         // asked for, and opened an extra session per call.)
-        let session = self.session(self.inner.cfg.session_timeout).await?;
+        let session = self.session(self.inner.cfg.ttl).await?;
         let zk = &session.zk;
         let mut writer = zk.client.new_multi_writer();
         // The node's data never changes, so its version stays 0.
@@ -223,8 +223,7 @@ impl ZkSource {
         if let Some(s) = sessions.get(&ttl).filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
-        let session =
-            Arc::new(Session::connect(&self.inner.cfg.clone().session_timeout(ttl)).await?);
+        let session = Arc::new(Session::connect(&self.inner.cfg.clone().ttl(ttl)).await?);
         sessions.insert(ttl, session.clone());
         Ok(session)
     }
@@ -238,9 +237,7 @@ impl ZkSource {
     ) -> Result<Option<Grant>> {
         lock::check_resource(resource)?;
         fencing_core::backend::refuse_lock_delay(opts, "ZooKeeper")?;
-        let session = self
-            .session(opts.ttl.unwrap_or(self.inner.cfg.session_timeout))
-            .await?;
+        let session = self.session(opts.ttl.unwrap_or(self.inner.cfg.ttl)).await?;
         let holder = opts
             .holder
             .clone()

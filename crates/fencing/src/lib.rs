@@ -129,15 +129,15 @@ pub use fencing_election as election;
 ///   An optional `?ttl=SECS` (decimal seconds, e.g. `ttl=2.5`) sets the default
 ///   lease length used when [`AcquireOptions`] give none.
 ///
-/// - `etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?ttl=SECS&timeout=SECS&user=U&password=P]`
+/// - `etcd://HOST:PORT[,HOST:PORT...]/PREFIX[?ttl=SECS&request_timeout=SECS&user=U&password=P]`
 ///   and `etcds://...?ca=&cert=&key=&domain=` — an etcd cluster (feature
 ///   `etcd`; see `fencing_etcd::EtcdConfig::from_url`).
 ///
-/// - `zk://HOST:PORT[,HOST:PORT...]/PATH[?session_timeout=SECS&timeout=SECS&ensemble=NAME&user=U&password=P]`
+/// - `zk://HOST:PORT[,HOST:PORT...]/PATH[?ttl=SECS&request_timeout=SECS&ensemble=NAME&user=U&password=P]`
 ///   — a ZooKeeper ensemble (feature `zookeeper`; see
 ///   `fencing_zookeeper::ZkConfig::from_url`).
 ///
-/// - `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&timeout=SECS&cluster=NAME]`
+/// - `kube://NAMESPACE[?kubeconfig=PATH&context=NAME&ttl=SECS&renew_deadline=SECS&retry_period=SECS&request_timeout=SECS&cluster=NAME]`
 ///   — Kubernetes Leases in NAMESPACE, compatible with client-go's
 ///   leader election (feature `kube`; see `fencing_kube::KubeLeaseConfig::from_url`).
 ///   Without `kubeconfig=` the client comes from `KUBECONFIG`,
@@ -257,7 +257,7 @@ mod tests {
     async fn etcd_urls_are_checked_before_connecting() {
         let msg = config_message(connect("etcd://127.0.0.1:2379").await);
         assert!(msg.contains("prefix"), "{msg}");
-        let unreachable = connect("etcd://127.0.0.1:1/locks?timeout=0.5").await;
+        let unreachable = connect("etcd://127.0.0.1:1/locks?request_timeout=0.5").await;
         match unreachable {
             Err(e @ Error::Unreachable { .. }) => {
                 let text = e.to_string();

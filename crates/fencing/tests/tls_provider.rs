@@ -39,16 +39,16 @@ async fn tls_before_the_application_chose_a_provider_is_a_config_error() {
     assert!(rustls::crypto::CryptoProvider::get_default().is_none());
     let kubeconfig = kubeconfig_to_a_closed_port();
     let kube_url = format!(
-        "kube://default?kubeconfig={}&timeout=2",
+        "kube://default?kubeconfig={}&request_timeout=2",
         kubeconfig.path().display()
     );
 
     let msg = provider_error(fencing::connect(&kube_url).await).expect("kube:// with no provider");
     assert!(msg.contains("two rustls crypto providers"), "{msg}");
-    let zk = fencing::connect("zk://127.0.0.1:1/x?ca=/nonexistent.pem&timeout=2").await;
+    let zk = fencing::connect("zk://127.0.0.1:1/x?ca=/nonexistent.pem&request_timeout=2").await;
     provider_error(zk).expect("zk:// with ca= and no provider");
     // Plain ZooKeeper needs no provider: the error is about the endpoint.
-    let plain = fencing::connect("zk://127.0.0.1:1/x?timeout=2").await;
+    let plain = fencing::connect("zk://127.0.0.1:1/x?request_timeout=2").await;
     assert!(provider_error(plain).is_none());
 
     // Nothing above installed a provider: the application's choice lands.

@@ -527,9 +527,7 @@ async fn begin_acquire(
         resource: plan.resource.as_str().to_owned(),
     })
     .await;
-    let mut options = AcquireOptions::new()
-        .ttl(plan.ttl)
-        .timeout(plan.acquire_wait);
+    let mut options = AcquireOptions::new().ttl(plan.ttl).wait(plan.acquire_wait);
     if let Some(holder) = &plan.holder {
         options = options.holder(holder.as_str());
     }

@@ -54,10 +54,7 @@ pub async fn frozen_holder_is_fenced(
 
     holder.signal(Signal::STOP);
     let gb: Grant = b
-        .acquire(
-            &lock,
-            &AcquireOptions::new().timeout(Duration::from_secs(30)),
-        )
+        .acquire(&lock, &AcquireOptions::new().wait(Duration::from_secs(30)))
         .await
         .unwrap();
     // No release of token t1 is recorded: the frozen holder still believes

@@ -90,7 +90,7 @@ async fn connect(url: &str) -> Arc<dyn FencingSource> {
 async fn acquire(source: &Arc<dyn FencingSource>, r: &ResourceName) -> Grant {
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(4))
-        .timeout(ACQUIRE_LIMIT);
+        .wait(ACQUIRE_LIMIT);
     source.acquire(r, &opts).await.expect("acquire")
 }
 
@@ -193,7 +193,7 @@ async fn member_partitioned(url: &str, alone: &str, member: &str, test: &str) {
     docker(&["network", "disconnect", &network, &id]).await;
     let cut_off = async {
         let source = fencing::connect(alone).await?;
-        let opts = AcquireOptions::new().timeout(Duration::from_secs(3));
+        let opts = AcquireOptions::new().wait(Duration::from_secs(3));
         source.acquire(&r, &opts).await
     };
     match tokio::time::timeout(Duration::from_secs(20), cut_off).await {
@@ -219,13 +219,13 @@ async fn member_partitioned(url: &str, alone: &str, member: &str, test: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the compose services (scripts/compose-test.sh)"]
 async fn etcd_member_partitioned() {
-    let alone = "etcd://127.0.0.1:32379/fencing-compose?timeout=2";
+    let alone = "etcd://127.0.0.1:32379/fencing-compose?request_timeout=2";
     member_partitioned(ETCD_URL, alone, "etcd3", "etcd-partition").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the compose services (scripts/compose-test.sh)"]
 async fn zookeeper_server_partitioned() {
-    let alone = "zk://127.0.0.1:2183/fencing-compose?timeout=2";
+    let alone = "zk://127.0.0.1:2183/fencing-compose?request_timeout=2";
     member_partitioned(ZK_URL, alone, "zk3", "zk-partition").await;
 }

@@ -130,17 +130,14 @@ async fn kubernetes_rides_through_restarts() {
     let lock = ResourceName::new("ride-through").unwrap();
     let holder = connect(&f).await.unwrap();
     let held = holder
-        .acquire(
-            &lock,
-            &AcquireOptions::new().timeout(Duration::from_secs(30)),
-        )
+        .acquire(&lock, &AcquireOptions::new().wait(Duration::from_secs(30)))
         .await
         .unwrap();
     let mut queue = Vec::new();
     for _ in 0..4 {
         let (w, lock) = (connect(&f).await.unwrap(), lock.clone());
         queue.push(tokio::spawn(async move {
-            let wait = AcquireOptions::new().timeout(Duration::from_secs(3600));
+            let wait = AcquireOptions::new().wait(Duration::from_secs(3600));
             w.acquire(&lock, &wait).await?.release().await
         }));
     }

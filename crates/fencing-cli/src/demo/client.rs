@@ -82,7 +82,7 @@ async fn client(args: &ClientArgs) -> Result<(), String> {
     let options = AcquireOptions::new()
         .ttl(ttl)
         .holder(args.name.as_str())
-        .timeout(ttl + IO_WAIT);
+        .wait(ttl + IO_WAIT);
     let grant = source
         .acquire(&resource, &options)
         .await

@@ -148,7 +148,7 @@ async fn acquire(args: &RunArgs, signals: &mut Signals) -> Result<Grant> {
     let source = signals.interruptible(source_arg::open(url)).await??;
     let mut options = AcquireOptions::new();
     options.ttl = args.ttl;
-    options.timeout = args.wait;
+    options.wait = args.wait;
     options.holder = args.identity.clone();
     signals
         .interruptible(source.acquire(&lock, &options))

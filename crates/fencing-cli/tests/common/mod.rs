@@ -214,7 +214,7 @@ pub async fn frozen_fence_run_stops_its_child(url: &str, ttl_secs: &str) {
     let taken = source
         .acquire(
             &ledger,
-            &AcquireOptions::new().timeout(Duration::from_secs(40)),
+            &AcquireOptions::new().wait(Duration::from_secs(40)),
         )
         .await
         .expect("the frozen holder's lease runs out");

@@ -200,7 +200,7 @@ impl Sides {
         match side {
             Side::Go => self.go.block(n).await,
             Side::Rust => {
-                let opts = AcquireOptions::new().timeout(OP_TIMEOUT);
+                let opts = AcquireOptions::new().wait(OP_TIMEOUT);
                 let mut took = Vec::with_capacity(n);
                 for _ in 0..n {
                     let t0 = Instant::now();

@@ -9,7 +9,7 @@
 //! the same way, so the figures compare like with like:
 //!
 //! - ours: the `holder` binary (any backend, through `fencing::connect`)
-//!   with the TTL in its URL (`ttl=`, ZooKeeper `session_timeout=`);
+//!   with the TTL in its URL (`ttl=` on every backend);
 //! - etcd: Go's `concurrency.Mutex`, `etcd-mutex hold` (session TTL);
 //! - ZooKeeper: Curator's `InterProcessMutex`, `curator-mutex.jar hold`
 //!   (session timeout);
@@ -205,10 +205,7 @@ impl Cluster {
         let secs = ttl.as_secs();
         match self {
             Cluster::Etcd(c) => format!("etcd://{}/failover?ttl={secs}", c.endpoints().join(",")),
-            Cluster::Zk(z) => format!(
-                "zk://{}/failover?session_timeout={secs}",
-                z.endpoints().join(",")
-            ),
+            Cluster::Zk(z) => format!("zk://{}/failover?ttl={secs}", z.endpoints().join(",")),
             Cluster::Kube(f) => f.url_with_ttl(KubeUser::LeaseUser, ttl),
         }
     }

@@ -42,7 +42,7 @@ fn identities_are_subdomains_one_per_election_and_name_their_client() {
 
 #[test]
 fn the_url_makes_a_coordinated_source_whose_clients_never_tie() {
-    let base = "kube://default?kubeconfig=/k.yaml&ttl=2&timeout=1";
+    let base = "kube://default?kubeconfig=/k.yaml&ttl=2&request_timeout=1";
     let mut versions = std::collections::HashSet::new();
     for i in 0..8 {
         let cfg = KubeLeaseConfig::from_url(&candidate_url(base, i)).unwrap();

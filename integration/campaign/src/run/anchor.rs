@@ -156,7 +156,7 @@ mod tests {
         let (program, args) = anchor_args(
             "/c/bin/curator-mutex.jar".as_ref(),
             "curator4",
-            "zk://10.0.0.1:2181,10.0.0.2:2181/campaign?session_timeout=1&timeout=1",
+            "zk://10.0.0.1:2181,10.0.0.2:2181/campaign?ttl=1&request_timeout=1",
             "campaign-b",
             ttl,
             6,
@@ -175,7 +175,7 @@ mod tests {
         let (program, args) = anchor_args(
             "/c/bin/client-go-elector".as_ref(),
             "clientgo4",
-            "kube://default?kubeconfig=/o/kubeconfig.yaml&ttl=2&timeout=1",
+            "kube://default?kubeconfig=/o/kubeconfig.yaml&ttl=2&request_timeout=1",
             "campaign-b",
             Duration::from_secs(2),
             6,
@@ -192,7 +192,7 @@ mod tests {
         let (_, args) = anchor_args(
             "/c/bin/etcd-mutex".as_ref(),
             "go4",
-            "etcd://10.0.0.1:2379/campaign?ttl=2&timeout=1",
+            "etcd://10.0.0.1:2379/campaign?ttl=2&request_timeout=1",
             "campaign-b",
             Duration::from_secs(2),
             6,

@@ -133,7 +133,7 @@ impl KubeFixture {
     /// other processes: the holder binary).
     pub fn url(&self, user: KubeUser) -> String {
         format!(
-            "kube://{}?kubeconfig={}&ttl={}&renew_deadline={}&retry_period={}&timeout={}&cluster={}",
+            "kube://{}?kubeconfig={}&ttl={}&renew_deadline={}&retry_period={}&request_timeout={}&cluster={}",
             self.namespace,
             self.kubeconfig(user).display(),
             TEST_LEASE.as_secs_f64(),
@@ -171,7 +171,7 @@ impl KubeFixture {
     /// client-go's proportions ([`fencing::LeaderTimings::scaled_to`]).
     pub fn url_with_ttl(&self, user: KubeUser, ttl: Duration) -> String {
         format!(
-            "kube://{}?kubeconfig={}&ttl={}&timeout={}&cluster={}",
+            "kube://{}?kubeconfig={}&ttl={}&request_timeout={}&cluster={}",
             self.namespace,
             self.kubeconfig(user).display(),
             ttl.as_secs(),

@@ -164,7 +164,7 @@ fn kubeconfig_yaml(ip: Ipv4Addr, pki: &Path, user: &str) -> String {
 /// second per request.
 pub fn source_url(kubeconfig: &Path, ttl: Duration) -> String {
     format!(
-        "kube://{NAMESPACE}?kubeconfig={}&ttl={}&timeout=1",
+        "kube://{NAMESPACE}?kubeconfig={}&ttl={}&request_timeout=1",
         kubeconfig.display(),
         ttl.as_secs().max(1)
     )

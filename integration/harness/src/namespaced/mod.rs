@@ -252,9 +252,9 @@ impl Cluster {
         let hosts = hosts.join(",");
         let secs = session.as_secs_f64();
         match (self.kind, &self.client_kubeconfig) {
-            (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?session_timeout={secs}&timeout=1"),
+            (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?ttl={secs}&request_timeout=1"),
             (Kind::Kube, Some(kubeconfig)) => kube::source_url(kubeconfig, session),
-            _ => format!("etcd://{hosts}/campaign?ttl={secs}&timeout=1"),
+            _ => format!("etcd://{hosts}/campaign?ttl={secs}&request_timeout=1"),
         }
     }
 

@@ -10,9 +10,7 @@ use super::*;
 pub async fn leader_loss<F: Fixture>(version: F::Version, ttl: Duration) -> [FencingToken; 3] {
     let mut f = F::start(version).await;
     let [a, b, c] = [f.source().await, f.source().await, f.source().await];
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30));
     let history = History::new();
     let lock = ResourceName::new("leader-kill").unwrap();
     let ga = a.acquire(&lock, &opts).await.unwrap();
@@ -73,7 +71,7 @@ pub async fn full_restart<F: Fixture>(version: F::Version) {
     let mut f = F::start(version).await;
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30));
+        .wait(Duration::from_secs(30));
     let lock = ResourceName::new("restart-all").unwrap();
     let g = f.source().await.acquire(&lock, &opts).await.unwrap();
     let before = g.token();

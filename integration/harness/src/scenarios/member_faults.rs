@@ -43,13 +43,11 @@ where
     S: FencingSource + Clone + 'static,
 {
     let lock = ResourceName::new("ride-through").unwrap();
-    let hold = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(30));
+    let hold = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30));
     let held = holder.acquire(&lock, &hold).await.unwrap();
     let wait = AcquireOptions::new()
         .ttl(ttl)
-        .timeout(Duration::from_secs(3600));
+        .wait(Duration::from_secs(3600));
     let queue: Vec<_> = waiters
         .into_iter()
         .map(|w| {
@@ -147,9 +145,7 @@ where
     S: FencingSource + Clone + 'static,
 {
     let lock = ResourceName::new("handover-dead-member").unwrap();
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30));
     let mut samples = Vec::new();
     for member in 0..cluster.member_count() {
         let mut holder = a.acquire(&lock, &opts).await.unwrap();

@@ -38,7 +38,7 @@ pub async fn no_thundering_herd<F: Fixture>(version: F::Version) {
     let lock = ResourceName::new("herd").unwrap();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(10))
-        .timeout(Duration::from_secs(60));
+        .wait(Duration::from_secs(60));
     let first = holder.acquire(&lock, &opts).await.unwrap();
     let history = History::new();
     let gate = std::sync::Arc::new(fencing::MemoryGate::new());
@@ -174,9 +174,7 @@ pub async fn foreign_grant_is_refused(
     other_gate: &impl Gate,
     ttl: Duration,
 ) {
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30));
     let g = minter
         .acquire(&ResourceName::new("foreign").unwrap(), &opts)
         .await

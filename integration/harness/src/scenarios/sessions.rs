@@ -15,9 +15,7 @@ pub async fn release_during_a_blip_still_releases<F: Fixture>(version: F::Versio
     let f = F::start(version).await;
     let (holder, partition) = f.partitionable_source().await;
     let waiter = f.source().await;
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(60));
+    let opts = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(60));
     for abandoned in [false, true] {
         let lock = ResourceName::new(if abandoned {
             "release-abandoned"
@@ -84,7 +82,7 @@ pub async fn abandoned_acquire_leaves_nothing_behind<F: Fixture>(
     let (a, partition) = f.partitionable_source().await;
     let b = f.source().await;
     let lock = ResourceName::new("abandoned").unwrap();
-    let opts = |timeout| AcquireOptions::new().ttl(ttl).timeout(timeout);
+    let opts = |timeout| AcquireOptions::new().ttl(ttl).wait(timeout);
     // The session (and on ZooKeeper the lock's parent) exist before the fault.
     let warm = a.acquire(&lock, &opts(wait)).await.unwrap();
     warm.release().await.unwrap();
@@ -120,9 +118,7 @@ pub async fn waiter_requeues_after_losing_its_session<F: Fixture>(version: F::Ve
     let f = F::start(version).await;
     let holder = f.source().await;
     let (waiter, partition) = f.partitionable_source().await;
-    let opts = AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(60));
+    let opts = AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(60));
     let lock = ResourceName::new("requeue").unwrap();
     let held = holder.acquire(&lock, &opts).await.unwrap();
     let waiting = tokio::spawn({

@@ -51,7 +51,7 @@ impl ZkFixture {
         ZkConfig::new(hosts, self.path.clone())
             .expect("valid config")
             .ensemble(self.name.clone())
-            .session_timeout(TEST_SESSION_TIMEOUT)
+            .ttl(TEST_SESSION_TIMEOUT)
             .request_timeout(Duration::from_secs(3))
     }
 }

@@ -25,7 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let resource = ResourceName::new(resource)?;
     let opts = AcquireOptions::new()
         .ttl(Duration::from_millis(300))
-        .timeout(Duration::from_secs(20));
+        .wait(Duration::from_secs(20));
     let mut out = std::io::stdout().lock();
     for _ in 0..rounds {
         let grant = source.acquire(&resource, &opts).await?;

@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Long enough for a waiting candidate to outlast a killed holder's
     // 15 s lease (failover-bench).
-    let mut options = AcquireOptions::new().timeout(Duration::from_secs(60));
+    let mut options = AcquireOptions::new().wait(Duration::from_secs(60));
     if let Some(holder) = holder {
         options = options.holder(holder);
     }

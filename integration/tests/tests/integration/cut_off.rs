@@ -59,11 +59,7 @@ async fn clients(
         .with_test_writer()
         .try_init();
     let lock = ResourceName::new("partitioned").unwrap();
-    let opts = |ttl| {
-        AcquireOptions::new()
-            .ttl(ttl)
-            .timeout(Duration::from_secs(30))
-    };
+    let opts = |ttl| AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30));
     let (a, gate_a) = open(&urls[0]).await;
     let (b, gate_b) = open(&urls[1]).await;
     let held = a

@@ -53,7 +53,7 @@ async fn sigkill_while_granting_never_repeats_a_token() {
     let r = ResourceName::new("crash").unwrap();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10));
+        .wait(Duration::from_secs(10));
     let next = source
         .acquire(&r, &opts)
         .await

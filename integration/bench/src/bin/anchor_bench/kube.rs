@@ -84,7 +84,7 @@ fn r(name: &str) -> ResourceName {
 async fn rust_latency(f: &KubeFixture, n: usize) -> Result<(Stats, Stats, Stats), BoxError> {
     let source = KubeLeaseSource::connect(f.config(KubeUser::LeaseUser)).await?;
     let lock = r("bench-rust");
-    let opts = AcquireOptions::new().timeout(LOCK_TIMEOUT);
+    let opts = AcquireOptions::new().wait(LOCK_TIMEOUT);
     // Warm-up: creates the Lease and the connection.
     source.acquire(&lock, &opts).await?.release().await?;
     let (mut acquire, mut release, mut get) = (Vec::new(), Vec::new(), Vec::new());
@@ -212,7 +212,7 @@ async fn rust_failover(f: &KubeFixture, holder: &std::path::Path) -> Result<Stat
         let waiter = tokio::spawn({
             let lease = r(&lease);
             async move {
-                let opts = AcquireOptions::new().timeout(LOCK_TIMEOUT);
+                let opts = AcquireOptions::new().wait(LOCK_TIMEOUT);
                 let g = candidate.acquire(&lease, &opts).await?;
                 let at = Instant::now();
                 g.release().await?;

@@ -296,7 +296,7 @@ impl Cluster {
             Cluster::Zk { hosts, .. } => {
                 let connect = || async {
                     let cfg = ZkConfig::new(hosts.iter().cloned(), path)?
-                        .session_timeout(ZK_SESSION_TIMEOUT)
+                        .ttl(ZK_SESSION_TIMEOUT)
                         .request_timeout(OP_TIMEOUT);
                     ZkSource::connect(cfg).await
                 };
@@ -450,7 +450,7 @@ where
     F: Future<Output = Result<usize, BoxError>>,
 {
     let resource = ResourceName::new(RESOURCE)?;
-    let opts = AcquireOptions::new().timeout(LOCK_TIMEOUT);
+    let opts = AcquireOptions::new().wait(LOCK_TIMEOUT);
     for s in warm_up {
         bounded(
             "warm-up release",

@@ -51,7 +51,7 @@ pub async fn child(a: ChildArgs) -> Result<(), BoxError> {
         }
         Backend::Zk => {
             let cfg = ZkConfig::new(endpoints, a.prefix.as_str())?
-                .session_timeout(ttl)
+                .ttl(ttl)
                 .request_timeout(request_timeout);
             let source = Arc::new(bounded("connect", ZkSource::connect(cfg)).await??);
             // Dropping the source closes its session.
@@ -68,7 +68,7 @@ async fn hold<S: FencingSource + 'static>(
     started: Instant,
 ) -> Result<(), BoxError> {
     let (n, in_flight) = (a.count.get(), a.in_flight.get());
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(60));
+    let opts = AcquireOptions::new().wait(Duration::from_secs(60));
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     // The session (its lease) starts with the first grant: take one before
     // timing, as the anchors open their sessions before they start the

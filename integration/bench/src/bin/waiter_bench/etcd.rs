@@ -55,7 +55,7 @@ async fn rust_side(cluster: &EtcdCluster, w: usize) -> Result<Figures, BoxError>
         .ttl(TTL)
         .request_timeout(OP_TIMEOUT);
     let resource = ResourceName::new(RESOURCE)?;
-    let opts = AcquireOptions::new().timeout(PHASE_LIMIT);
+    let opts = AcquireOptions::new().wait(PHASE_LIMIT);
     let holder = EtcdSource::connect(cfg.clone()).await?;
     let held = holder.acquire(&resource, &opts).await?;
 

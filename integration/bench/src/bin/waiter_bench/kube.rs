@@ -109,7 +109,7 @@ fn delta(
 
 async fn rust_side(f: &KubeFixture, w: usize) -> Result<Figures, BoxError> {
     let lease = ResourceName::new(format!("waiters-rust-{w}"))?;
-    let opts = AcquireOptions::new().timeout(PHASE_LIMIT);
+    let opts = AcquireOptions::new().wait(PHASE_LIMIT);
     let connect = || async {
         tokio::time::timeout(
             OP_TIMEOUT,

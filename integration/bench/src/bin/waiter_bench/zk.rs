@@ -77,7 +77,7 @@ async fn connect(cfg: &ZkConfig) -> Result<ZkSource, BoxError> {
 async fn rust_side(servers: &ZkEnsemble, w: usize) -> Result<Figures, BoxError> {
     let path = format!("/waiters-rust-{w}");
     let cfg = ZkConfig::new(servers.endpoints(), path.as_str())?
-        .session_timeout(SESSION_TIMEOUT)
+        .ttl(SESSION_TIMEOUT)
         .request_timeout(OP_TIMEOUT);
     // Every session first, then the chains, as the Java side does.
     let holder = connect(&cfg).await?;
@@ -115,7 +115,7 @@ async fn chain(
 ) -> Result<(Vec<f64>, f64), BoxError> {
     let w = waiters.len();
     let resource = ResourceName::new(RESOURCE)?;
-    let opts = AcquireOptions::new().timeout(PHASE_LIMIT);
+    let opts = AcquireOptions::new().wait(PHASE_LIMIT);
     let held = holder.acquire(&resource, &opts).await?;
     let mut queue = tokio::task::JoinSet::new();
     for source in waiters {

@@ -13,9 +13,7 @@ use fencing_harness::fixture::Fixture;
 use fencing_harness::scenarios;
 
 fn opts(ttl: Duration) -> AcquireOptions {
-    AcquireOptions::new()
-        .ttl(ttl)
-        .timeout(Duration::from_secs(30))
+    AcquireOptions::new().ttl(ttl).wait(Duration::from_secs(30))
 }
 
 /// The leader dies while one client holds the lock and another waits:
@@ -76,7 +74,7 @@ async fn waiter_whose_key_is_deleted_is_not_granted_on_it(version: EtcdVersion) 
     let queued = {
         let (waiter, lock) = (waiter.clone(), lock.clone());
         tokio::spawn(async move {
-            let opts = opts(Duration::from_secs(10)).timeout(Duration::from_secs(20));
+            let opts = opts(Duration::from_secs(10)).wait(Duration::from_secs(20));
             waiter.acquire(&lock, &opts).await
         })
     };

@@ -50,7 +50,7 @@ async fn go_and_rust_share_one_lock(version: EtcdVersion) {
     let lock = ResourceName::new("interop").unwrap();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30));
+        .wait(Duration::from_secs(30));
     let mut held = Vec::new();
     for _ in 0..ROUNDS {
         let g = source.acquire(&lock, &opts).await.unwrap();

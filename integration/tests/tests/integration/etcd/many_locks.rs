@@ -28,7 +28,7 @@ async fn start(version: EtcdVersion) -> EtcdCluster {
 async fn acquire_all(source: Arc<EtcdSource>) -> Vec<Grant> {
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30));
+        .wait(Duration::from_secs(30));
     scenarios::acquire_many(source, LOCKS, IN_FLIGHT, &opts)
         .await
         .unwrap_or_else(|e| panic!("{e}"))

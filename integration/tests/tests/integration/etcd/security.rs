@@ -14,7 +14,7 @@ const PREFIX: &str = "/fencing-test";
 fn opts() -> AcquireOptions {
     AcquireOptions::new()
         .ttl(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
 }
 
 async fn round_trip(source: &EtcdSource) -> Result<(), Error> {
@@ -84,7 +84,7 @@ async fn tls(version: EtcdVersion) {
     let ep = cluster.endpoints().join(",");
     let ca = files.ca_cert.display();
     let with_cert = format!(
-        "etcds://{ep}{PREFIX}?ca={ca}&cert={}&key={}&domain=localhost&timeout=3",
+        "etcds://{ep}{PREFIX}?ca={ca}&cert={}&key={}&domain=localhost&request_timeout=3",
         files.client_cert.display(),
         files.client_key.display()
     );
@@ -92,7 +92,7 @@ async fn tls(version: EtcdVersion) {
     round_trip(&source).await.expect("lock over TLS");
 
     let started = tokio::time::Instant::now();
-    let without = format!("etcds://{ep}{PREFIX}?ca={ca}&domain=localhost&timeout=3");
+    let without = format!("etcds://{ep}{PREFIX}?ca={ca}&domain=localhost&request_timeout=3");
     let refused = match EtcdSource::from_url(&without).await {
         Ok(s) => round_trip(&s).await,
         Err(e) => Err(e),
@@ -103,7 +103,7 @@ async fn tls(version: EtcdVersion) {
         "refusal took {:?}",
         started.elapsed()
     );
-    let plain = format!("etcd://{ep}{PREFIX}?timeout=2");
+    let plain = format!("etcd://{ep}{PREFIX}?request_timeout=2");
     assert!(
         EtcdSource::from_url(&plain).await.is_err(),
         "plain HTTP to a TLS cluster was served"

@@ -45,7 +45,7 @@ fn acquire_on(
 ) -> tokio::task::JoinHandle<fencing::Result<Grant>> {
     let (source, opts) = (
         source.clone(),
-        AcquireOptions::new().holder(holder).timeout(ELECTION),
+        AcquireOptions::new().holder(holder).wait(ELECTION),
     );
     tokio::spawn(async move { source.acquire(&ResourceName::new(lease)?, &opts).await })
 }
@@ -267,7 +267,7 @@ pub(super) async fn a_coordinated_acquire_names_what_is_missing(f: &KubeFixture)
         .await
         .unwrap();
     let lock = ResourceName::new("coordinated-refused").unwrap();
-    let wait = |holder: &str| AcquireOptions::new().holder(holder).timeout(ELECTION);
+    let wait = |holder: &str| AcquireOptions::new().holder(holder).wait(ELECTION);
     match admin.acquire(&lock, &wait("Not_A_Name")).await {
         Err(Error::Config(msg)) => assert!(msg.contains("DNS-1123"), "{msg}"),
         other => panic!("a holder that cannot name a LeaseCandidate: {other:?}"),

@@ -64,7 +64,7 @@ async fn held_across(bounce: Bounce) {
         patient_source(&f).await,
     );
     let lock = r("bounced");
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(120));
+    let opts = AcquireOptions::new().wait(Duration::from_secs(120));
     let history = History::new();
     let ga = a.acquire(&lock, &opts).await.unwrap();
     history.granted(0, ga.token()).await;
@@ -164,7 +164,7 @@ async fn a_release_while_the_apiserver_is_down_clears_the_lease_once_it_is_back(
 ) {
     let a = patient_source(f).await;
     let lock = r("released-late");
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(30));
+    let opts = AcquireOptions::new().wait(Duration::from_secs(30));
     let g = a.acquire(&lock, &opts).await.unwrap();
     f.cluster_mut().stop_apiserver().await;
     let release = tokio::spawn(g.release());
@@ -322,7 +322,7 @@ async fn concurrent_candidates_never_both_hold() {
     let gate = Arc::new(MemoryGate::new());
     let opts = AcquireOptions::new()
         .ttl(TEST_LEASE)
-        .timeout(Duration::from_secs(120));
+        .wait(Duration::from_secs(120));
     let mut tasks = Vec::new();
     let mut refused_stale = Vec::new();
     for id in 0..CANDIDATES {

@@ -181,7 +181,7 @@ async fn rust_and_client_go_alternate_on_one_lease() {
 
     let opts = AcquireOptions::new()
         .ttl(TEST_LEASE)
-        .timeout(Duration::from_secs(60))
+        .wait(Duration::from_secs(60))
         .holder(RUST_ID);
     let mut rust_tokens = Vec::new();
     for _ in 0..ROUNDS {
@@ -324,7 +324,7 @@ async fn a_resumed_client_go_leader_clears_the_next_holders_lease_on_release() {
     let (rust, observer) = (f.source().await, f.source().await);
     let opts = AcquireOptions::new()
         .ttl(TEST_LEASE)
-        .timeout(Duration::from_secs(30))
+        .wait(Duration::from_secs(30))
         .holder(RUST_ID);
     let mut kept = 0;
     for attempt in 0..ATTEMPTS {

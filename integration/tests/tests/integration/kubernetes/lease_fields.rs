@@ -121,7 +121,7 @@ async fn leases_of_the_coordinated_election_are_left_to_it(f: &KubeFixture, leas
         .create(&PostParams::default(), &managed)
         .await
         .unwrap();
-    let wait = AcquireOptions::new().timeout(Duration::from_secs(20));
+    let wait = AcquireOptions::new().wait(Duration::from_secs(20));
     let started = Instant::now();
     match a.acquire(&r("managed"), &wait).await {
         Err(Error::ManagedElsewhere { resource, manager }) => {
@@ -219,7 +219,7 @@ async fn a_shortened_lease_duration_is_written_back(f: &KubeFixture, leases: &Ap
     tokio::time::timeout(Duration::from_secs(5), restored)
         .await
         .unwrap_or_else(|_| panic!("the holder kept writing the shortened duration"));
-    let wait = AcquireOptions::new().timeout(Duration::from_secs(5));
+    let wait = AcquireOptions::new().wait(Duration::from_secs(5));
     match eager.acquire(&lease, &wait).await {
         Err(Error::Contended { .. }) => {}
         other => panic!("a candidate got the Lease its holder renews: {other:?}"),

@@ -19,7 +19,7 @@ use kube::api::{Api, PostParams};
 fn opts() -> AcquireOptions {
     AcquireOptions::new()
         .ttl(TEST_LEASE)
-        .timeout(Duration::from_secs(20))
+        .wait(Duration::from_secs(20))
 }
 
 fn denied(result: Result<impl std::fmt::Debug, Error>, needles: &[&str]) -> String {

@@ -17,7 +17,7 @@ use fencing_zookeeper::{ZkConfig, ZkSource};
 fn opts(session_timeout: Duration) -> AcquireOptions {
     AcquireOptions::new()
         .ttl(session_timeout)
-        .timeout(Duration::from_secs(30))
+        .wait(Duration::from_secs(30))
 }
 
 /// The leader dies while one client holds the lock and another waits:
@@ -43,7 +43,7 @@ async fn all_servers_restarted(version: ZkVersion) {
 async fn frozen_holder_process_is_fenced(version: ZkVersion) {
     let f = ZkFixture::start(version).await;
     let url = format!(
-        "zk://{}{}?session_timeout=2&ensemble={}",
+        "zk://{}{}?ttl=2&ensemble={}",
         f.ensemble.connect_string(),
         f.path,
         f.name
@@ -323,7 +323,7 @@ async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
     let followers = (0..3)
         .filter(|&i| i != leader)
         .map(|i| f.ensemble.endpoint(i));
-    let a = ZkSource::connect(f.config(followers.collect()).session_timeout(session))
+    let a = ZkSource::connect(f.config(followers.collect()).ttl(session))
         .await
         .unwrap();
     let gate = a.gate("/fencing-test/marks").unwrap();
@@ -341,7 +341,7 @@ async fn a_lease_lost_to_a_stalled_leader_frees_the_lock(version: ZkVersion) {
 
     let b = f.source().await;
     let next = b
-        .acquire(&r("stall"), &AcquireOptions::new().timeout(session))
+        .acquire(&r("stall"), &AcquireOptions::new().wait(session))
         .await
         .expect("another client is granted within one session timeout of the loss");
     assert!(next.token() > held.token());
@@ -374,7 +374,7 @@ async fn close_ends_the_sessions_and_frees_the_locks(version: ZkVersion) {
     let next = b
         .acquire(
             &r("closed"),
-            &AcquireOptions::new().timeout(Duration::from_secs(3)),
+            &AcquireOptions::new().wait(Duration::from_secs(3)),
         )
         .await
         .expect("granted at once, not after the closed session's 30 s timeout");
@@ -470,7 +470,7 @@ async fn silent_servers_before_a_live_one_are_skipped(version: ZkVersion) {
         // the client's own per-server limit is short anyway.
         let cfg = f
             .config(hosts.clone())
-            .session_timeout(fencing_zookeeper::DEFAULT_SESSION_TIMEOUT)
+            .ttl(fencing_zookeeper::DEFAULT_SESSION_TIMEOUT)
             .request_timeout(fencing_zookeeper::DEFAULT_REQUEST_TIMEOUT);
         if let Err(e) = ZkSource::connect(cfg).await {
             panic!("connect {attempt} with silent servers listed first: {e}");

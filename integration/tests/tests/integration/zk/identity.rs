@@ -41,7 +41,7 @@ async fn the_identity_follows_the_ensemble_not_the_host_list() {
     // a client that lists a third server.
     let gate = MemoryGate::new();
     let lock = r("identity");
-    let opts = AcquireOptions::new().timeout(Duration::from_secs(10));
+    let opts = AcquireOptions::new().wait(Duration::from_secs(10));
     for source in [&two, &all] {
         let grant = source.acquire(&lock, &opts).await.unwrap();
         gate.admit_grant(grant.info()).await.unwrap();

@@ -55,7 +55,7 @@ async fn curator_and_rust_share_one_lock(version: ZkVersion) {
     let lock = ResourceName::new("interop").unwrap();
     let opts = AcquireOptions::new()
         .ttl(Duration::from_secs(4))
-        .timeout(Duration::from_secs(60));
+        .wait(Duration::from_secs(60));
     let mut held = Vec::new();
     for _ in 0..ROUNDS {
         let g = source.acquire(&lock, &opts).await.unwrap();

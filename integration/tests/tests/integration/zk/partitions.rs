@@ -100,7 +100,7 @@ fn a_heartbeat_the_leader_answered_but_never_heard_of_renews_nothing() {
     let opts = || {
         AcquireOptions::new()
             .ttl(SESSION)
-            .timeout(Duration::from_secs(60))
+            .wait(Duration::from_secs(60))
     };
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stall_tx, mut stall_rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();

@@ -27,14 +27,14 @@ fn config(ensemble: &ZkEnsemble, hosts: Vec<String>) -> ZkConfig {
     ZkConfig::new(hosts, "/fencing-test/locks")
         .expect("valid config")
         .ensemble(format!("test-{}", ensemble.dir().display()))
-        .session_timeout(Duration::from_secs(4))
+        .ttl(Duration::from_secs(4))
         .request_timeout(Duration::from_secs(5))
 }
 
 fn opts() -> AcquireOptions {
     AcquireOptions::new()
         .ttl(Duration::from_secs(4))
-        .timeout(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
 }
 
 /// Connects, acquires, validates and releases one lock.
@@ -86,7 +86,7 @@ async fn tls_without_client_auth(version: ZkVersion) {
     let files = make_tls(certs.path()).unwrap();
     let ensemble = start(ZkOptions::new(version, 1).tls(files.clone(), false)).await;
     let url = format!(
-        "zk://{}/fencing-test/locks?session_timeout=4&timeout=5&ca={}",
+        "zk://{}/fencing-test/locks?ttl=4&request_timeout=5&ca={}",
         ensemble.secure_endpoints().join(","),
         files.ca_cert.display()
     );
@@ -112,7 +112,7 @@ async fn sasl_required(version: ZkVersion) {
         .await
         .expect("the right SASL password locks");
     let url = format!(
-        "zk://{}/fencing-test/locks?session_timeout=4&timeout=5&sasl_user=fencer&sasl_password=secret",
+        "zk://{}/fencing-test/locks?ttl=4&request_timeout=5&sasl_user=fencer&sasl_password=secret",
         hosts.join(",")
     );
     round_trip(ZkConfig::from_url(&url).expect("valid URL"))
