@@ -1,7 +1,7 @@
 //! EtcdSource: the FencingSource over an etcd cluster.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -173,7 +173,7 @@ impl EtcdSource {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
-        self.inner.wakeups.load(Ordering::Relaxed)
+        self.inner.wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many sessions (etcd leases) this source keeps open: one per TTL

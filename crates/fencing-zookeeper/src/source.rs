@@ -1,7 +1,7 @@
 //! ZkSource: the FencingSource over a ZooKeeper ensemble.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,7 +112,7 @@ impl ZkSource {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
-        self.inner.wakeups.load(Ordering::Relaxed)
+        self.inner.wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The client of the default session, for the application's own data.
