@@ -173,7 +173,9 @@ impl EtcdSource {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
-        self.inner.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner
+            .wakeups
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many sessions (etcd leases) this source keeps open: one per TTL

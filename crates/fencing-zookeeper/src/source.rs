@@ -112,7 +112,9 @@ impl ZkSource {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     #[must_use]
     pub fn waiter_wakeups(&self) -> u64 {
-        self.inner.wakeups.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner
+            .wakeups
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The client of the default session, for the application's own data.
