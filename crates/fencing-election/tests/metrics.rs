@@ -40,12 +40,23 @@ impl Totals {
         }
     }
 
+    /// The value of `name` whose labels include `label`, and a `source`
+    /// label naming a local source (every metric but the gate refusals
+    /// carries the source).
     fn get(&self, name: &str, label: &str) -> f64 {
-        let key = format!("{name}{{{label}}}");
-        *self
+        let found: Vec<(&String, &f64)> = self
             .0
-            .get(&key)
-            .unwrap_or_else(|| panic!("no {key} in {:?}", self.0))
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{name}{{")))
+            .filter(|(k, _)| k.contains(label))
+            .collect();
+        let [(key, value)] = found.as_slice() else {
+            panic!("not one {name} with {label} in {:?}", self.0)
+        };
+        if name != GATE_REFUSALS {
+            assert!(key.contains("source=local:"), "{key} names no source");
+        }
+        **value
     }
 }
 
