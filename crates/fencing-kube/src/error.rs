@@ -18,6 +18,12 @@ impl std::fmt::Display for Call<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.name.is_empty() {
             write!(f, "{} on {}", self.verb, self.server)
+        } else if self.namespace.is_empty() {
+            write!(
+                f,
+                "{} {} {} on {}",
+                self.verb, self.kind, self.name, self.server
+            )
         } else {
             write!(
                 f,

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use crate::candidate::{check_identity, Candidacy, Candidate, Candidates};
 use crate::client::{client_config, Leases, Scope};
 use crate::config::{lease_seconds, KubeLeaseConfig, LeaseOptions};
-use crate::error::Failure;
+use crate::error::{classify, Call, Failure};
 use crate::names::{check_namespace, lease_name};
 use crate::record::{
     decide, decide_coordinated, new_lease, parse_rv, released_lease, taken_lease, write_fate,
@@ -82,9 +82,10 @@ impl std::fmt::Debug for KubeLeaseSource {
 
 impl KubeLeaseSource {
     /// Loads the client configuration (see [`KubeLeaseConfig`]) and checks that
-    /// the apiserver answers and accepts the credentials. An unreachable
-    /// apiserver is an [`Error::Timeout`] or [`Error::Backend`] naming its
-    /// URL; rejected credentials are [`Error::PermissionDenied`]; a missing
+    /// the apiserver answers and accepts the credentials. An apiserver that
+    /// refuses the connection, or whose TLS handshake fails, is
+    /// [`Error::Unreachable`] naming its URL; one that does not answer
+    /// within the request timeout is [`Error::Timeout`]; rejected credentials are [`Error::PermissionDenied`]; a missing
     /// kubeconfig file is [`Error::Config`] naming the path.
     ///
     /// The source identity is `kube:CLUSTER/NAMESPACE`, CLUSTER being
@@ -562,7 +563,18 @@ async fn cluster_id(
     match tokio::time::timeout(limit, namespaces.get_opt("kube-system")).await {
         Ok(Ok(found)) => Ok(found.and_then(|ns| ns.metadata.uid)),
         Ok(Err(kube::Error::Api(e))) if e.code == 403 => Ok(None),
-        Ok(Err(e)) => Err(Error::backend(what(), e)),
+        Ok(Err(e)) => {
+            // An apiserver that cannot be reached is Unreachable, as for
+            // every other call.
+            let call = Call {
+                verb: "get",
+                kind: "Namespace",
+                namespace: "",
+                name: "kube-system",
+                server,
+            };
+            Err(classify(call, e, limit).into_error(call))
+        }
         Err(_) => Err(Error::Timeout {
             operation: what(),
             after: limit,
