@@ -60,3 +60,19 @@ pub struct DocsTroubleshootingDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/design.md")]
 pub struct DocsDesignDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/choosing-a-backend.md")]
+pub struct DocsChoosingABackendDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating.md")]
+pub struct DocsMigratingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/faq.md")]
+pub struct DocsFaqDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/stability.md")]
+pub struct DocsStabilityDoctests;

@@ -2,15 +2,16 @@
 # Static checks the test command runs before the tests: formatting, clippy
 # with warnings as errors on every target (clippy's incompatible_msrv holds
 # the code to the workspace's rust-version), rustdoc with warnings as
-# errors, each library crate and the CLI checked alone, and every crate
-# with features checked with none, each alone and all (a crate, its tests
-# included, must not lean on features another crate turns on).
+# errors, every crate with features checked with none, each alone and all
+# (a crate must not lean on features another crate turns on), and the
+# published crates built from their tarballs, outside the workspace, as a
+# user, docs.rs and Rust 1.89 build them.
 #
-# Everything here but two small test runs is `cargo check` (no code
-# generation). Those two build in the debug profile: their feature sets
-# differ from the workspace's, so they could share little with the test
-# command's build anyway, and unoptimised dependencies compile in half the
-# time (71 s against about 150 s at opt-level 1).
+# Everything here but two small test runs and the packed crates is `cargo
+# check` (no code generation). Those build in the debug profile: their
+# feature sets differ from the workspace's, so they could share little with
+# the test command's build anyway, and unoptimised dependencies compile in
+# half the time (71 s against about 150 s at opt-level 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/steps.sh
@@ -24,25 +25,9 @@ step "cargo clippy (all targets, warnings are errors)" \
 # doc lints), and the public API it lists must be the committed one.
 step "rustdoc JSON (warnings are errors), public API as committed (api/public-api.txt)" \
     bash scripts/lib/public-api.sh check
-# The packages that are not published (publish = false): integration/'s
-# four and the examples. Their path dependencies carry no version, so
-# cargo package refuses them.
-unpublished=(--exclude fencing-harness --exclude fencing-campaign --exclude fencing-bench
-             --exclude fencing-integration-tests --exclude fencing-examples)
-
-# The library crates pick no k8s-openapi version; a check of them alone
-# names one the way docs.rs does. The CLI alone is what the README's
-# `cargo run -p fencing-cli --bin fence -- demo` compiles.
+# The library crates pick no k8s-openapi version; the checks of them alone
+# below name one in the environment.
 export K8S_OPENAPI_ENABLED_VERSION=1.35
-alone() {
-    local crate
-    for crate in fencing-core fencing-election fencing-etcd fencing-zookeeper fencing-kube \
-                 fencing-postgres fencing-http fencing-testkit fencing-cli; do
-        echo "-- $crate alone (default features, all targets)"
-        cargo check --locked -q -p "$crate" --all-targets || return
-    done
-}
-step "each library crate and the CLI alone" alone
 
 # Prints "CRATE FEATURE..." for every workspace crate that has features.
 crates_with_features() {
@@ -89,8 +74,11 @@ step "fencing without local, with ring + zookeeper + kube: unit tests, no provid
     cargo test --locked -q -p fencing --no-default-features \
     --features zookeeper,kube,ring --lib --test tls_provider
 
-# Every crate packs with its metadata (description, license, readme,
-# keywords, categories); building the packed crates again is left out (it
-# would compile the whole workspace a second time).
-step "cargo package (metadata and contents)" \
-    cargo package --workspace --no-verify --locked --allow-dirty -q "${unpublished[@]}"
+# The published crates as users get them (scripts/lib/packed.sh): packed
+# and each built from its tarball; documented as docs.rs will (its metadata's
+# features, --cfg docsrs, none of this workspace's environment); a
+# newcomer's crate outside the workspace checked with each feature alone
+# and with Rust 1.89, then built with the pages' programs, which
+# scripts/compose-test.sh runs against the Compose services.
+step "packed crates: verified, docs as docs.rs, a newcomer's crate (features, Rust 1.89, programs)" \
+    bash scripts/lib/packed.sh

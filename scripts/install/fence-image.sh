@@ -111,6 +111,7 @@ fi
 source_hash="$({
     git ls-files -z -- . ':!*.md' ':!docs' ':!LICENSE' ':!deploy' ':!.ci' ':!docker-compose.yml' \
         ':!integration' ':!examples' ':!scripts'
-    git ls-files -z -- 'integration/*/Cargo.toml' examples/Cargo.toml scripts/protoc
+    git ls-files -z -- 'integration/*/Cargo.toml' examples/Cargo.toml scripts/protoc \
+        'scripts/protoc-vendored/*'
 } | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 build_labelled "sources $source_hash" . --build-arg RUST_IMAGE="$RUST" --build-arg RUNTIME_IMAGE="$RUNTIME"

@@ -3,7 +3,9 @@
 # CHANGELOG.md, docs/*.md and the crates' README.md files names a file that
 # exists (and, with #anchor, a heading of it, slugged as GitHub does), and
 # README.md stays a front page (at most 250 lines). The Rust blocks of these
-# pages are compiled as doctests by examples/lib.rs.
+# pages are compiled as doctests by examples/lib.rs, except the whole
+# programs shown after an `<!-- include: PATH -->` line, which must equal
+# PATH, a file the examples crate builds (doc-includes.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 - <<'PY'
@@ -48,3 +50,4 @@ for p in problems:
     print(p)
 sys.exit(1 if problems else 0)
 PY
+python3 scripts/lib/doc-includes.py check

@@ -17,8 +17,9 @@ use crate::lease::{LeaseTracker, LeaseView, LossReason};
 use crate::resource::ResourceName;
 use crate::token::FencingToken;
 
-/// Who minted a token: an etcd cluster id, a ZooKeeper ensemble name, a
-/// Kubernetes Lease UID, a LocalSource directory id. Tokens are only
+/// Who minted a token: `etcd:` + the cluster id, `zk:` + the ensemble's id,
+/// `kube:` + the cluster's id (the UID of namespace `kube-system`) +
+/// `/NAMESPACE`, `local:` + a LocalSource directory's id. Tokens are only
 /// comparable within one source identity.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

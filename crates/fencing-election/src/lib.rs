@@ -16,18 +16,19 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
-//! use std::sync::Arc;
-//! use fencing::{Gate, LocalSource, MemoryGate, ResourceName};
+//! use fencing::{LocalSource, ResourceName};
 //! use fencing::election::{ElectionConfig, LeaderElector};
 //!
 //! let dir = tempfile::tempdir().unwrap();
-//! let source = Arc::new(LocalSource::open(dir.path())?);
+//! let source = LocalSource::open(dir.path())?;
 //! let election = ResourceName::new("compactor")?;
-//! let elector = LeaderElector::new(source, election.clone(), ElectionConfig::new("node-a"))?;
-//! let gate = MemoryGate::new(); // lives in the storage
+//! let elector = LeaderElector::new(source, election, ElectionConfig::new("node-a"))?;
 //!
 //! let leadership = elector.campaign().await?;
-//! gate.admit_grant(leadership.info()).await?; // a write of this term: token and source
+//! // Every write of this term carries `leadership.info()` (token and
+//! // source), and the storage checks it in the same step as the write
+//! // (see `fencing::Gate`).
+//! assert!(leadership.token().get() > 0);
 //! leadership.resign().await?;
 //!
 //! let mut followers = elector.observe();
@@ -35,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod config;
 mod elector;
 mod health;

@@ -24,6 +24,7 @@
 //! flag), or reset the gates outside the cluster once no old writer is left (see docs/gates.md, "Restoring a coordinator"). An
 //! [`EtcdGate`] rewinds with the data it lives in and needs nothing.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod config;
 mod conn;
 mod gate;

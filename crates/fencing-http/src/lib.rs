@@ -67,6 +67,7 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod body;
 mod client;
 mod layer;

@@ -207,7 +207,7 @@ pub struct KubeLeaseConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context to use instead of the current one.
     pub context: Option<String>,
-    /// Timings and identity.
+    /// Lease timings, the cluster's name and coordinated candidacy.
     pub options: LeaseOptions,
 }
 

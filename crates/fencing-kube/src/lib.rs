@@ -58,6 +58,7 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod candidate;
 mod client;
 mod config;

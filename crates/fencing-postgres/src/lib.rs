@@ -13,6 +13,7 @@
 //! guarded write), and is what `sqlx` and `deadpool` users can reach through
 //! their connections too.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod column;
 mod gate;
 mod ident;

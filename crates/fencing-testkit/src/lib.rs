@@ -18,6 +18,7 @@
 //! # fn main() {}
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 pub mod checks;
 pub mod gates;
 mod harness;

@@ -13,6 +13,7 @@
 //! The source identity is `zk:` + the ensemble's id, kept by the ensemble
 //! in [`ENSEMBLE_ID_NODE`] (or a name set with [`ZkConfig::ensemble`]).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 mod config;
 mod gate;
 mod heartbeat;

@@ -7,18 +7,33 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> fencing::Result<()> {
-//! use fencing::{AcquireOptions, FencingSource, Gate, MemoryGate, ResourceName};
+//! use fencing::{AcquireOptions, FencingSource, Gate, GrantInfo, MemoryGate, ResourceName};
+//! use tokio::sync::Mutex;
+//!
+//! /// The storage's side: the token check and the write are one step (here
+//! /// under the store's lock; in a database, one conditional UPDATE).
+//! struct Store {
+//!     gate: MemoryGate,
+//!     value: Mutex<String>,
+//! }
+//!
+//! impl Store {
+//!     async fn write(&self, from: &GrantInfo, value: &str) -> fencing::Result<()> {
+//!         let mut current = self.value.lock().await;
+//!         self.gate.admit_grant(from).await?; // Err(Stale) once superseded
+//!         *current = value.to_owned();
+//!         Ok(())
+//!     }
+//! }
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let source = fencing::connect(&format!("local://{}?ttl=5", dir.path().display())).await?;
 //! let ledger = ResourceName::new("ledger")?;
+//! let store = Store { gate: MemoryGate::new(), value: Mutex::default() };
 //!
 //! let grant = source.acquire(&ledger, &AcquireOptions::new()).await?;
 //! assert_eq!(grant.ttl(), std::time::Duration::from_secs(5));
-//!
-//! // The storage, not the client, checks the token before it writes.
-//! let gate = MemoryGate::new();
-//! gate.admit_grant(grant.info()).await?; // token and source
+//! store.write(grant.info(), "balance=100").await?; // the token goes with the write
 //! grant.release().await?;
 //!
 //! // Backends that are not built in, and malformed URLs, are refused with

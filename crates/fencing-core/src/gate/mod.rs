@@ -82,6 +82,41 @@ use crate::token::FencingToken;
 /// assert_eq!(gate.high_water(&r).await?, Some(FencingToken::new(35)));
 /// # Ok(()) }
 /// ```
+///
+/// # Implementing
+///
+/// The trait is used as `dyn Gate`, so it is declared with the
+/// [`async-trait`](https://docs.rs/async-trait) crate: an implementation
+/// adds `async-trait = "0.1"` to its dependencies and puts
+/// `#[async_trait]` on its `impl`. Two methods are required, `admit_with`
+/// and `high_water`; [`backend::next_mark`](crate::backend::next_mark)
+/// is the token and source rule, for a store that keeps its own marks.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use fencing_core::{FencingToken, Gate, MemoryGate, ResourceName, Result, SourceId};
+///
+/// /// Logs every admit; the marks live in a `MemoryGate`.
+/// struct Logged(MemoryGate);
+///
+/// #[async_trait]
+/// impl Gate for Logged {
+///     async fn admit_with(
+///         &self,
+///         resource: &ResourceName,
+///         source: Option<&SourceId>,
+///         token: FencingToken,
+///     ) -> Result<()> {
+///         let admitted = self.0.admit_with(resource, source, token).await;
+///         println!("{resource} {token}: {admitted:?}");
+///         admitted
+///     }
+///
+///     async fn high_water(&self, resource: &ResourceName) -> Result<Option<FencingToken>> {
+///         self.0.high_water(resource).await
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait Gate: Send + Sync {
     /// What every form comes down to: with `source`, the bound form (a
