@@ -124,10 +124,18 @@ impl Session {
         self.group.lose(LossReason::Released, "session closed");
         conn.call("lease revoke", |mut c| {
             let id = self.lease_id;
-            async move { c.lease_revoke(id).await }
+            async move {
+                match c.lease_revoke(id).await {
+                    // Expired at the server already (a paused process, or
+                    // a retry after a lost reply): what a revoke wants.
+                    Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::NotFound => {
+                        Ok(())
+                    }
+                    done => done.map(drop),
+                }
+            }
         })
         .await
-        .map(drop)
     }
 }
 
