@@ -48,7 +48,7 @@ FENCING_ETCD_URL=$etcd_url FENCING_ZK_URL=$zk_url FENCING_KUBE_URL=$kube_url \
 # built by scripts/lib/packed.sh against the packed crates, on the same URLs.
 newcomer() { # PROGRAM URL EXPECTED-LINE-PREFIX
     local out
-    out=$(timeout 90 "${CARGO_TARGET_DIR:-target}/debug/$1" "$2" 2>&1) || {
+    out=$(timeout 90 "${FENCING_CACHE:-$HOME/.cache/fencing}/packed/target/debug/$1" "$2" 2>&1) || {
         echo "$out"; echo "compose-test: $1 $2 failed" >&2; return 1; }
     grep -q "^$3" <<<"$out" || { echo "$out"; echo "compose-test: $1 $2 printed no '$3'" >&2; return 1; }
     echo "compose-test: $1 on ${2%%\?*}: $(grep "^$3" <<<"$out" | tail -1)"

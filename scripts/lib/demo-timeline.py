@@ -48,17 +48,24 @@ def main():
            'font-family="sans-serif" font-size="12">',
            '<rect width="100%" height="100%" fill="white"/>']
 
-    def bar(lane, a, b, colour, label):
-        y = lanes[lane] - 9
+    def text(at, y, label, colour="black"):
+        # Right of the point, or left of it near the right edge.
+        anchor = "start" if at < 0.6 * width else "end"
+        at = at if anchor == "start" else at - 12
+        return (f'<text x="{at:.1f}" y="{y}" fill="{colour}" text-anchor="{anchor}">'
+                f'{html.escape(label)}</text>')
+
+    def bar(lane, a, b, colour, label, below=0):
+        y = lanes[lane] - 9 + below
         out.append(f'<rect x="{x(a):.1f}" y="{y}" width="{max(x(b) - x(a), 2):.1f}" height="18" '
                    f'fill="{colour}" opacity="0.75"/>')
-        out.append(f'<text x="{x(a) + 4:.1f}" y="{y + 13}">{html.escape(label)}</text>')
+        out.append(text(x(a) + 4, y + 13, label))
 
     for name, y in lanes.items():
         out.append(f'<text x="10" y="{y + 4}" font-weight="bold">{name}</text>')
         out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#bbb"/>')
     bar("C1", c1_acquired, expired, "#9c9", f"lease, token {t1}")
-    bar("C1", frozen, resumed, "#ccc", "frozen (SIGSTOP)")
+    bar("C1", frozen, resumed, "#ccc", "frozen (SIGSTOP): believes it holds the lease", below=22)
     bar("C2", c2_acquired, c2_released, "#9bd", f"lease, token {t2}")
     for i, (t, what) in enumerate(writes):
         m = re.match(r"^(C[12]) writes value=(\S+) with token (\d+) -> (\w+)", what)
@@ -69,8 +76,7 @@ def main():
                    'stroke-width="2"/>')
         out.append(f'<circle cx="{x0:.1f}" cy="{y1}" r="5" fill="{colour}"/>')
         # Labels on rows of their own: writes can be milliseconds apart.
-        out.append(f'<text x="{x0 + 6:.1f}" y="{y1 + 20 + 15 * i}" fill="{colour}">'
-                   f'{writer} value={html.escape(value)} token {token}: {verdict}</text>')
+        out.append(text(x0 + 6, y1 + 20 + 15 * i, f"{writer} value={value} token {token}: {verdict}", colour))
     axis = 40 + 3 * lane_h + 15 * len(writes)
     out.append(f'<line x1="{left}" y1="{axis}" x2="{width - 20}" y2="{axis}" stroke="black"/>')
     step = 0.5 if end < 6 else 1.0

@@ -1,52 +1,16 @@
 #!/usr/bin/env bash
-# The public API of the library crates as a listing read from rustdoc's JSON
-# (scripts/lib/public_api.py): every public item by the path users write,
-# signatures, fields and variants, and every trait a public type implements,
-# auto traits included. `check` compares it with the committed
-# api/public-api.txt so that a change to the surface is made on purpose;
-# `update` rewrites the file after such a change (and the change belongs in
-# CHANGELOG.md).
-#
-# rustdoc's JSON output is unstable, so it is asked of the stable toolchain
-# with RUSTC_BOOTSTRAP=1; each crate is documented with all its features
-# and with warnings as errors, which makes this also the workspace's
-# rustdoc check (broken intra-doc links and the like).
+# The public API of the published library crates, as docs.rs will show it:
+# scripts/lib/packed.sh documents each packed crate with its docs.rs
+# metadata, as HTML and as rustdoc JSON, and scripts/lib/public_api.py lists
+# every public item by the path users write (signatures, fields, variants,
+# trait impls, auto traits). `check` (part of packed.sh, which check.sh
+# runs) compares it with the committed api/public-api.txt, so that a change
+# to the surface is made on purpose; `update` rewrites the file after such a
+# change (and the change belongs in CHANGELOG.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-target="${CARGO_TARGET_DIR:-target}"
-crates=(fencing fencing-core fencing-election fencing-etcd fencing-zookeeper fencing-kube
-        fencing-postgres fencing-http fencing-testkit)
-
-json_docs() {
-    local crate
-    # The library crates pick no k8s-openapi version; name one as docs.rs must.
-    for crate in "${crates[@]}"; do
-        K8S_OPENAPI_ENABLED_VERSION=1.35 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings" \
-            cargo rustdoc --locked -q -p "$crate" --lib --all-features \
-            -- -Z unstable-options --output-format json
-    done
-}
-
-listing() {
-    local files=()
-    for crate in "${crates[@]}"; do
-        files+=("$target/doc/${crate//-/_}.json")
-    done
-    python3 scripts/lib/public_api.py "${files[@]}"
-}
-
 case "${1:-check}" in
-update)
-    json_docs
-    listing > api/public-api.txt
-    ;;
-check)
-    json_docs
-    if ! diff -u api/public-api.txt <(listing); then
-        echo "the public API changed (above: - committed, + now); if on purpose," \
-             "run scripts/lib/public-api.sh update and say so in CHANGELOG.md" >&2
-        exit 1
-    fi
-    ;;
+update) bash scripts/lib/packed.sh api-update ;;
+check) bash scripts/lib/packed.sh ;;
 *) echo "usage: $0 [check|update]" >&2; exit 2 ;;
 esac
