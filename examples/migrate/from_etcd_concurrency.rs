@@ -2,7 +2,7 @@
 //! its data in etcd. In Go:
 //!
 //! ```go
-//! session, _ := concurrency.NewSession(cli, concurrency.WithTTL(10))
+//! session, _ := concurrency.NewSession(cli, concurrency.WithTTL(15))
 //! election := concurrency.NewElection(session, "/fencing/scheduler")
 //! election.Campaign(ctx, "node-a")
 //! cli.Txn(ctx).If(/* nothing ties the write to the term */).
@@ -28,11 +28,12 @@ async fn main() -> fencing::Result<()> {
     let url = std::env::args()
         .nth(1)
         .unwrap_or("etcd://127.0.0.1:2379/fencing".into());
-    // NewSession(cli, WithTTL(10)): the lease length is the election's.
+    // NewSession(cli, WithTTL(ttl)): the session's TTL is the election's
+    // lease duration (15 s by default, above its 10 s renew deadline).
     let source = EtcdSource::from_url(&url).await?;
     // NewElection(session, pfx): the keys are the ones Go's election
     // writes, so Go and Rust candidates can share one election.
-    let config = ElectionConfig::new("node-a").lease_duration(Duration::from_secs(10));
+    let config = ElectionConfig::new("node-a");
     let elector = LeaderElector::new(source.clone(), ResourceName::new("scheduler")?, config)?;
 
     // Campaign(ctx, val)

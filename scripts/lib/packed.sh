@@ -13,8 +13,9 @@
 #      protoc, given here as PROTOC); the same as JSON gives the public API,
 #      which must be the committed api/public-api.txt;
 #   4. a newcomer's crate (integration/newcomer/Cargo.toml) checked with
-#      each feature of the facade alone (warnings are errors) and on the
-#      minimum Rust version, then built with the programs the
+#      the facade's features (none, each alone, the combinations; warnings
+#      are errors) and on the minimum Rust version, then built with the
+#      programs the
 #      README, the getting-started page and the migration page show, which
 #      scripts/compose-test.sh runs against the Compose services.
 # The work tree is $FENCING_CACHE/packed, with target dirs of its own (the
@@ -67,6 +68,8 @@ for root, _, files in os.walk(dst):
             os.remove(b)
 PY
     rm -rf "$fresh"
+
+    # The newcomer's crate: its manifest and the pages' programs.
     rm -rf "$work/newcomer"
     mkdir -p "$work/newcomer/src/bin"
     cp integration/newcomer/Cargo.toml "$work/newcomer/"
@@ -109,7 +112,6 @@ alone() {
     local crate targets
     for crate in "${published[@]}"; do
         echo "-- $crate from its tarball, alone"
-        # Like any kube-rs library, fencing-kube names no API version.
         # Every crate but the CLI is a library; the CLI is binaries only.
         # Like any kube-rs library, fencing-kube names no API version.
         case "$crate" in
@@ -137,20 +139,25 @@ print(" ".join(args) + "\t" + " ".join(meta.get("rustdoc-args", [])))
 PY
 )
         echo "-- $crate: cargo doc ${flags%%$'\t'*} (rustdoc: ${flags#*$'\t'})"
-        # docs.rs builds on nightly; RUSTC_BOOTSTRAP lets stable's rustdoc
-        # take the nightly-only #![feature(doc_cfg)] that --cfg docsrs turns on.
         # shellcheck disable=SC2086
-        outside env RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR="$work/target-docs" \
-            RUSTDOCFLAGS="${flags#*$'\t'} -D warnings" \
-            cargo doc -q --no-deps -p "$crate" ${flags%%$'\t'*} || return
+        as_docs_rs "${flags#*$'\t'}" cargo doc -q --no-deps -p "$crate" ${flags%%$'\t'*} ||
+            return
         # The same again as JSON, for the public-API listing (the
         # dependencies are checked already: only the crate is documented).
         # shellcheck disable=SC2086
-        outside env RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR="$work/target-docs" \
-            RUSTDOCFLAGS="${flags#*$'\t'} -D warnings" \
-            cargo rustdoc -q --lib -p "$crate" ${flags%%$'\t'*} \
+        as_docs_rs "${flags#*$'\t'}" cargo rustdoc -q --lib -p "$crate" ${flags%%$'\t'*} \
             -- -Z unstable-options --output-format json || return
     done
+}
+
+# RUSTDOCFLAGS COMMAND...: docs.rs builds on nightly; RUSTC_BOOTSTRAP lets
+# stable's rustdoc take the nightly-only #![feature(doc_cfg)] that
+# --cfg docsrs turns on.
+as_docs_rs() {
+    local flags="$1"
+    shift
+    outside env RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR="$work/target-docs" \
+        RUSTDOCFLAGS="$flags -D warnings" "$@"
 }
 
 # The public API as docs.rs shows it, listed from rustdoc's JSON
