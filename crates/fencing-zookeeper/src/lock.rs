@@ -62,6 +62,36 @@ async fn contenders(zk: &Zk, dir: &str) -> Result<Vec<String>> {
     Ok(children)
 }
 
+/// The contenders as of a `sync` sent ahead of the list (one round trip:
+/// a session's requests are answered in order): a server that is behind
+/// does not hide a node another client made through another server, so a
+/// holder granted before the call is seen (once missed under load).
+async fn contenders_after_sync(zk: &Zk, dir: &str) -> Result<Vec<String>> {
+    let mut children = zk
+        .read("sync and list lock", |c| {
+            let dir = dir.to_owned();
+            async move {
+                let sync = async {
+                    match c.sync(&dir).await {
+                        Err(zookeeper_client::Error::NoNode) => Ok(()),
+                        other => other,
+                    }
+                };
+                let list = async {
+                    match c.list_children(&dir).await {
+                        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+                        other => other,
+                    }
+                };
+                let ((), children) = tokio::try_join!(sync, list)?;
+                Ok(children)
+            }
+        })
+        .await?;
+    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
+    Ok(children)
+}
+
 /// My node once created.
 pub(crate) struct MyNode {
     pub(crate) path: String,
@@ -267,7 +297,7 @@ pub(crate) async fn watch_own_node(zk: Zk, path: String, token: FencingToken, le
 
 /// The current holder: the lowest node's data (or name) and czxid.
 pub(crate) async fn owner(zk: &Zk, dir: &str) -> Result<Option<(String, FencingToken)>> {
-    for name in contenders(zk, dir).await? {
+    for name in contenders_after_sync(zk, dir).await? {
         let path = format!("{dir}/{name}");
         let data = zk
             .read("get holder", |c| {
