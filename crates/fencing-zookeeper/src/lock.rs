@@ -47,49 +47,42 @@ fn sort_key(name: &str) -> &str {
 
 /// The children of a lock in lock order (none when the lock node is gone).
 async fn contenders(zk: &Zk, dir: &str) -> Result<Vec<String>> {
-    let mut children = zk
+    let children = zk
         .read("list lock", |c| {
             let dir = dir.to_owned();
-            async move {
-                match c.list_children(&dir).await {
-                    Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-                    other => other,
-                }
-            }
+            async move { list_lock(&c, &dir).await }
         })
         .await?;
-    children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
-    Ok(children)
+    Ok(in_lock_order(children))
 }
 
-/// The contenders as of a `sync` sent ahead of the list (one round trip:
-/// a session's requests are answered in order): a server that is behind
-/// does not hide a node another client made through another server, so a
-/// holder granted before the call is seen (once missed under load).
+/// The same as of a `sync` sent ahead of the list ([`after_sync`]): a
+/// server that is behind does not hide a node another client made through
+/// another server, so a holder granted before the call is seen (once
+/// missed under load).
 async fn contenders_after_sync(zk: &Zk, dir: &str) -> Result<Vec<String>> {
-    let mut children = zk
+    let children = zk
         .read("sync and list lock", |c| {
             let dir = dir.to_owned();
-            async move {
-                let sync = async {
-                    match c.sync(&dir).await {
-                        Err(zookeeper_client::Error::NoNode) => Ok(()),
-                        other => other,
-                    }
-                };
-                let list = async {
-                    match c.list_children(&dir).await {
-                        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
-                        other => other,
-                    }
-                };
-                let ((), children) = tokio::try_join!(sync, list)?;
-                Ok(children)
-            }
+            async move { after_sync(&c, list_lock(&c, &dir)).await }
         })
         .await?;
+    Ok(in_lock_order(children))
+}
+
+async fn list_lock(
+    c: &zookeeper_client::Client,
+    dir: &str,
+) -> std::result::Result<Vec<String>, zookeeper_client::Error> {
+    match c.list_children(dir).await {
+        Err(zookeeper_client::Error::NoNode) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+fn in_lock_order(mut children: Vec<String>) -> Vec<String> {
     children.sort_by(|a, b| sort_key(a).cmp(sort_key(b)));
-    Ok(children)
+    children
 }
 
 /// My node once created.
