@@ -820,6 +820,118 @@ mod tests {
         assert_eq!(missed, 0, "grants tracked during the loss stayed live");
     }
 
+    /// The deadline is the first instant the lease no longer holds: a
+    /// renewal confirmed exactly then is too late, and loses the grant.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_confirmed_at_the_deadline_is_too_late() {
+        let ttl = Duration::from_secs(10);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(Instant::now(), t.deadline());
+        assert!(!t.view().is_live());
+        assert!(!t.renewed(SentAt::now(), ttl));
+        assert_eq!(t.loss_reason(), Some(LossReason::ExpiredLocally));
+    }
+
+    /// Loss is sticky also before the deadline: a renewal confirmed after
+    /// the backend reported the key deleted does not count.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_a_reported_loss_does_not_count() {
+        let ttl = Duration::from_secs(10);
+        let t = LeaseTracker::new(SentAt::now(), ttl);
+        t.mark_lost(LossReason::DeletedAtServer, "key deleted");
+        assert!(!t.renewed(SentAt::now(), ttl));
+        assert_eq!(t.loss_reason(), Some(LossReason::DeletedAtServer));
+    }
+
+    /// A group renewed too late says so and marks every grant on it lost
+    /// (their own `marked_lost` waiters end), not only its own lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_renewed_too_late_loses_every_grant() {
+        let ttl = Duration::from_secs(10);
+        let group = LeaseGroup::new(SentAt::now(), ttl);
+        let grant = group.track();
+        assert!(grant.view().is_live());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(!group.renewed(SentAt::now(), ttl));
+        assert!(grant.inner.lost.is_cancelled(), "the grant was not marked");
+        assert_eq!(grant.loss_reason(), Some(LossReason::ExpiredLocally));
+    }
+
+    /// A TTL too large for the clock is cut to [`FAR_FUTURE`], a century:
+    /// not a year, not a few days.
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_ttl_is_cut_to_a_century() {
+        let start = Instant::now();
+        let t = LeaseTracker::new(SentAt::now(), Duration::MAX);
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(t.deadline() - start, year * 100);
+    }
+
+    /// A clock so close to its end that a century no longer fits gives a
+    /// deadline a year ahead, never one behind it.
+    #[test]
+    fn near_the_end_of_the_clock_a_deadline_is_a_year_ahead() {
+        let now = Instant::now();
+        // The furthest whole second the clock can still add to `now`.
+        let (mut fits, mut overflows) = (0u64, u64::MAX);
+        while overflows - fits > 1 {
+            let mid = fits + (overflows - fits) / 2;
+            if now.checked_add(Duration::from_secs(mid)).is_some() {
+                fits = mid;
+            } else {
+                overflows = mid;
+            }
+        }
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let t = now + Duration::from_secs(fits) - year * 50;
+        assert!(t.checked_add(FAR_FUTURE).is_none());
+        assert_eq!(later(t, Duration::MAX), t + year);
+    }
+
+    /// The labels and texts users match on and the metric carries, and
+    /// which reasons leave the lock free at the coordinator.
+    #[test]
+    fn each_reason_has_its_label_text_and_freedom() {
+        use LossReason::*;
+        let all = [
+            (ExpiredLocally, "expired_locally", false),
+            (RenewDeadlinePassed, "renew_deadline_passed", false),
+            (SessionExpired, "session_expired", true),
+            (DeletedAtServer, "deleted_at_server", true),
+            (Superseded, "superseded", true),
+            (Released, "released", false),
+            (Yielded, "yielded", false),
+        ];
+        for (reason, label, free) in all {
+            assert_eq!(reason.label(), label);
+            assert_eq!(reason.is_free_at_coordinator(), free, "{reason:?}");
+        }
+        assert_eq!(
+            ExpiredLocally.to_string(),
+            "local deadline passed without a confirmed renewal"
+        );
+        assert_eq!(Released.to_string(), "released");
+    }
+
+    /// Released grants are pruned once the list has doubled since the last
+    /// pruning, not at every track: pruning scans the whole list, so doing
+    /// it each time would make a track cost O(grants held).
+    #[test]
+    fn released_grants_are_pruned_once_the_list_has_doubled() {
+        let group = LeaseGroup::new(SentAt::now(), Duration::from_secs(60));
+        let held: Vec<_> = (0..100).map(|_| group.track()).collect();
+        let mut longest = 0;
+        for _ in 0..300 {
+            group.track().mark_lost(LossReason::Released, "released");
+            longest = longest.max(lock(&group.grants).list.len());
+        }
+        assert!(
+            (150..=2 * held.len()).contains(&longest),
+            "the list reached {longest} trackers"
+        );
+    }
+
     #[tokio::test]
     async fn server_side_loss_wakes_waiters_with_the_first_reason() {
         let t = LeaseTracker::new(SentAt::now(), Duration::from_secs(60));

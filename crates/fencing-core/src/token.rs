@@ -172,6 +172,16 @@ mod tests {
         );
     }
 
+    /// Logs show the value inside its type's name; `u64::from` gives it
+    /// back unchanged.
+    #[test]
+    fn debug_names_the_type_and_u64_takes_the_value_back() {
+        let t = FencingToken::new(42);
+        assert_eq!(format!("{t:?}"), "FencingToken(42)");
+        assert_eq!(u64::from(t), 42);
+        assert_eq!(FencingToken::from(42u64), t);
+    }
+
     #[test]
     fn i64_conversion_is_lossless_and_bounded() {
         let max = FencingToken::new(i64::MAX as u64);

@@ -421,6 +421,76 @@ mod tests {
         }
     }
 
+    /// Key for key Go's `concurrency.Mutex`: `PREFIX/RESOURCE/LEASE-IN-HEX`.
+    #[test]
+    fn keys_are_laid_out_as_gos_mutex_lays_them() {
+        let r = ResourceName::new("orders").unwrap();
+        assert_eq!(lock_dir("fencing", &r), "fencing/orders/");
+        let keys = LockKeys::new("fencing", &r, 0x694d_71c2);
+        assert_eq!(keys.dir, "fencing/orders/");
+        assert_eq!(keys.mine, "fencing/orders/694d71c2");
+        assert!(check_resource(&r).is_ok());
+        let nested = ResourceName::nonportable("orders/eu").unwrap();
+        assert!(matches!(
+            check_resource(&nested),
+            Err(Error::InvalidResource { .. })
+        ));
+    }
+
+    fn get(created: &[i64]) -> TxnOpResponse {
+        use etcd_client::proto::{PbKeyValue, PbRangeResponse};
+        let kvs = created
+            .iter()
+            .map(|&create_revision| PbKeyValue {
+                create_revision,
+                ..PbKeyValue::default()
+            })
+            .collect();
+        TxnOpResponse::Get(etcd_client::GetResponse(PbRangeResponse {
+            kvs,
+            ..PbRangeResponse::default()
+        }))
+    }
+
+    /// A read's first key gives its create revision; an empty read none,
+    /// and a write is not a read.
+    #[test]
+    fn a_read_gives_its_first_keys_create_revision() {
+        let put = TxnOpResponse::Put(etcd_client::PutResponse(
+            etcd_client::proto::PbPutResponse::default(),
+        ));
+        assert_eq!(first_kv_create(&get(&[7, 9])), Some(7));
+        assert_eq!(first_kv_create(&get(&[])), None);
+        assert_eq!(first_kv_create(&put), None);
+        assert_eq!(OpRead::of(&get(&[7, 9])), OpRead::Get(Some(7)));
+        assert_eq!(OpRead::of(&get(&[])), OpRead::Get(None));
+        assert_eq!(OpRead::of(&put), OpRead::Other);
+        let read = KeyRead {
+            found: Some((7, 0x2a)),
+            revision: 9,
+        };
+        assert_eq!(read.created(), Some(7));
+        let missing = KeyRead {
+            found: None,
+            revision: 9,
+        };
+        assert_eq!(missing.created(), None);
+    }
+
+    /// A reply without a usable revision for my key (no header, or 0) is
+    /// an error: revision 0 would be a token below every real one.
+    #[test]
+    fn a_reply_without_my_keys_revision_is_a_backend_error() {
+        let ops = [OpRead::Other, OpRead::Get(None)];
+        for revision in [None, Some(0)] {
+            let message = backend_message(read_attempt(true, revision, &ops));
+            assert!(message.contains("my own key"), "{message}");
+        }
+        let again = [OpRead::Get(None), OpRead::Get(None)];
+        let message = backend_message(read_attempt(false, Some(12), &again));
+        assert!(message.contains("my own key"), "{message}");
+    }
+
     /// A write where the txn sent a read is not "no older key": taking it
     /// for one would grant a lock someone else owns.
     #[test]

@@ -330,3 +330,72 @@ impl Renewer {
             .ok_or_else(|| Renewal::Failed("read answered without a header".into()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session around a group, with a keeper that never ends by itself
+    /// (the keep-alive loop needs a cluster; what is tested here is what
+    /// the session decides from its lease and its retirement).
+    fn session(ttl: Duration) -> (Session, tokio::task::AbortHandle) {
+        let keeper = tokio::spawn(std::future::pending::<()>());
+        let abort = keeper.abort_handle();
+        let session = Session {
+            lease_id: 0x2a,
+            ttl,
+            group: Arc::new(LeaseGroup::new(SentAt::now(), ttl)),
+            keeper,
+            retired: AtomicBool::new(false),
+        };
+        (session, abort)
+    }
+
+    /// Only a live session that was not retired takes new grants; a
+    /// retired one keeps the grants it has.
+    #[tokio::test]
+    async fn only_a_live_unretired_session_serves_new_grants() {
+        let (live, _) = session(Duration::from_secs(10));
+        assert!(live.serves_new_grants());
+        let grant = live.track_grant();
+        live.retire();
+        assert!(!live.serves_new_grants(), "retired");
+        assert!(grant.is_live(), "retiring ends no grant");
+        live.retire();
+        assert!(!live.serves_new_grants(), "retired twice");
+
+        // A lease of no time at all is past its deadline at once.
+        let (expired, _) = session(Duration::ZERO);
+        assert!(!expired.serves_new_grants(), "lease past its deadline");
+        assert_eq!(expired.lost().await, LossReason::ExpiredLocally);
+    }
+
+    /// A grant follows its session's lease: lost with it, for the same
+    /// reason.
+    #[tokio::test]
+    async fn a_grant_is_lost_with_its_session() {
+        let (s, _) = session(Duration::from_secs(10));
+        let grant = s.track_grant();
+        s.group.lose(LossReason::SessionExpired, "lease revoked");
+        assert!(!s.lease().is_live());
+        assert_eq!(grant.loss_reason(), Some(LossReason::SessionExpired));
+        assert_eq!(s.lost().await, LossReason::SessionExpired);
+    }
+
+    /// Dropping a session stops its keep-alive loop: a dropped session
+    /// must not renew its lease forever.
+    #[tokio::test]
+    async fn dropping_a_session_stops_its_keeper() {
+        let (s, keeper) = session(Duration::from_secs(10));
+        tokio::task::yield_now().await;
+        assert!(!keeper.is_finished());
+        drop(s);
+        for _ in 0..100 {
+            if keeper.is_finished() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the keeper still runs after its session was dropped");
+    }
+}

@@ -149,6 +149,11 @@ pub async fn release_hands_over_to_waiter(h: &dyn Harness) {
         async move { src.acquire(&r, &o).await.map(|g| (g, Instant::now())) }
     });
     wait_until_queued(h, &r, 2).await;
+    // Queued means its key or node exists; give it time to look at the
+    // lock and start waiting on its predecessor, so that the hand-over
+    // below goes through that wait (a release right after the queueing
+    // can beat the waiter's first look, which then finds the lock free).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !waiter.is_finished(),
         "waiter got the resource while it was held"

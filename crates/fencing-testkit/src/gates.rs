@@ -89,3 +89,80 @@ pub async fn gate_keeps_the_rules(
         }
     }
 }
+
+/// One admit of [`gate_survives_racing_admits`]: when it began and ended,
+/// its token, and whether it was admitted.
+#[derive(Clone, Copy, Debug)]
+struct Admit {
+    began: tokio::time::Instant,
+    ended: tokio::time::Instant,
+    token: u64,
+    admitted: bool,
+}
+
+/// Four writers admit interleaved, rising tokens (`base + 1` upwards)
+/// concurrently on `resource`, which the gates must never have seen, each
+/// through `gates[writer % gates.len()]` (several instances of one gate on
+/// separate connections race harder), `rounds` times each. The history
+/// of admits must show what a gate promises under races:
+///
+/// - once a token was admitted, no lower token that began later is
+///   admitted (a mark never goes back, which a raise that is not
+///   conditional on the mark it read would do);
+/// - the final mark is the highest admitted token.
+///
+/// Panics naming the offending pair of admits.
+pub async fn gate_survives_racing_admits(
+    gates: &[&dyn Gate],
+    resource: &ResourceName,
+    source: &SourceId,
+    base: FencingToken,
+    rounds: u64,
+) {
+    const WRITERS: u64 = 4;
+    assert!(!gates.is_empty(), "no gate to race on");
+    let writer = |w: u64| async move {
+        let gate = gates[usize::try_from(w).unwrap_or(0) % gates.len()];
+        let mut seen = Vec::new();
+        for round in 0..rounds {
+            let token = base.get() + 1 + w + WRITERS * round;
+            let began = tokio::time::Instant::now();
+            let result = gate
+                .admit_from(resource, source, FencingToken::new(token))
+                .await;
+            let admitted = match result {
+                Ok(()) => true,
+                Err(Error::Stale { .. }) => false,
+                Err(other) => panic!("admit {token}: {other:?}"),
+            };
+            seen.push(Admit {
+                began,
+                ended: tokio::time::Instant::now(),
+                token,
+                admitted,
+            });
+        }
+        seen
+    };
+    let (a, b, c, d) = tokio::join!(writer(0), writer(1), writer(2), writer(3));
+    let history: Vec<Admit> = [a, b, c, d].concat();
+    let admitted: Vec<&Admit> = history.iter().filter(|x| x.admitted).collect();
+    for earlier in &admitted {
+        for later in &admitted {
+            assert!(
+                !(later.began > earlier.ended && later.token < earlier.token),
+                "token {} was admitted after token {} had been: the mark went back \
+                 ({earlier:?}, then {later:?})",
+                later.token,
+                earlier.token
+            );
+        }
+    }
+    let highest = admitted.iter().map(|x| x.token).max();
+    let mark = gates[0].high_water(resource).await.expect("high_water");
+    assert_eq!(
+        mark.map(FencingToken::get),
+        highest,
+        "the final mark is not the highest admitted token"
+    );
+}

@@ -24,7 +24,7 @@ pub mod gates;
 mod harness;
 mod history;
 
-pub use gates::{gate_keeps_the_rules, Binding};
+pub use gates::{gate_keeps_the_rules, gate_survives_racing_admits, Binding};
 pub use harness::{Client, Harness, LocalHarness, Stall};
 pub use history::{Event, History};
 

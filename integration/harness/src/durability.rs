@@ -13,10 +13,12 @@
 //!   violation (after a power loss `dst` could be empty or partial);
 //! - a write to fd 1 while a rename is not yet followed by an fsync of its
 //!   directory is a violation (after a power loss the old file could be
-//!   back, and the token announced would be handed out again).
+//!   back, and the token announced would be handed out again);
+//! - a write to fd 1 while a file written to is not yet fsynced is a
+//!   violation (a file written in place, or not renamed yet: after a power
+//!   loss what the announcement depends on could be gone).
 //!
-//! What it does not prove: that the filesystem honours fsync, or anything
-//! about files not replaced by rename.
+//! What it does not prove: that the filesystem honours fsync.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -153,6 +155,12 @@ pub fn check(calls: &[Call]) -> Result<usize, String> {
                 open.remove(fd);
             }
             Call::Write { fd: 1 } => {
+                if let Some(path) = dirty.iter().next() {
+                    return Err(format!(
+                        "announced on stdout while {} was written and not fsynced",
+                        path.display()
+                    ));
+                }
                 if let Some((from, to)) = unsynced_renames.first() {
                     return Err(format!(
                         "announced on stdout before the rename of {} to {} was made durable \
@@ -225,6 +233,22 @@ mod tests {
         let trace = GOOD.replace("100 fsync(5) = 0\n", "");
         let err = check(&parse(&trace)).unwrap_err();
         assert!(err.contains("no fsync of its directory"), "{err}");
+    }
+
+    /// A file written in place (no temporary, no rename) and never
+    /// fsynced before the announcement.
+    #[test]
+    fn an_unsynced_write_in_place_is_found() {
+        let trace = r#"100 openat(AT_FDCWD, "/d/marks", O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0666) = 5
+100 write(5, ""..., 40) = 40
+100 close(5) = 0
+100 write(1, ""..., 2) = 2
+"#;
+        let err = check(&parse(trace)).unwrap_err();
+        assert!(
+            err.contains("/d/marks was written and not fsynced"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -278,6 +278,59 @@ mod tests {
             .unwrap();
     }
 
+    /// `mark` shows a resource's mark with its binding, as stored, and
+    /// none before its first admit.
+    #[tokio::test]
+    async fn mark_shows_the_token_and_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = FileGate::open(dir.path().join("g")).unwrap();
+        assert_eq!(g.mark(&r("a")), None);
+        let etcd = SourceId::new("etcd:6b2c");
+        g.admit_from(&r("a"), &etcd, FencingToken::new(7))
+            .await
+            .unwrap();
+        assert_eq!(
+            g.mark(&r("a")),
+            Some(Mark {
+                token: FencingToken::new(7),
+                source: Some(etcd),
+            })
+        );
+    }
+
+    /// A source id of up to 65535 bytes (the length prefix's u16) is
+    /// stored and read back; a longer one is refused before any write.
+    #[tokio::test]
+    async fn source_ids_longer_than_the_format_holds_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        let longest = SourceId::new("s".repeat(MAX_SOURCE_LEN));
+        let too_long = SourceId::new("s".repeat(MAX_SOURCE_LEN + 1));
+        {
+            let g = FileGate::open(&path).unwrap();
+            g.admit_from(&r("a"), &longest, FencingToken::new(3))
+                .await
+                .unwrap();
+            assert!(matches!(
+                g.admit_from(&r("b"), &too_long, FencingToken::new(3)).await,
+                Err(Error::Config(_))
+            ));
+        }
+        let g = FileGate::open(&path).unwrap();
+        assert_eq!(g.mark(&r("a")).unwrap().source, Some(longest));
+        assert_eq!(g.mark(&r("b")), None);
+    }
+
+    /// Only a missing file is an empty gate: one that cannot be read (here
+    /// a directory in its place) is an error, never a gate without marks.
+    #[tokio::test]
+    async fn an_unreadable_gate_file_is_an_error_not_an_empty_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        std::fs::create_dir(&path).unwrap();
+        assert!(matches!(FileGate::open(&path), Err(Error::Io { .. })));
+    }
+
     #[tokio::test]
     async fn a_second_open_of_the_same_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -191,6 +191,18 @@ mod tests {
         ResourceName::new("ledger").unwrap()
     }
 
+    /// Its Debug output names the wrapped gate and the one source it
+    /// admits (what a log of a refused write needs to be read).
+    #[test]
+    fn debug_shows_the_inner_gate_and_the_source() {
+        let (_dir, source, gate) = setup();
+        let id = RawSource::identity(&*source).clone();
+        let shown = format!("{gate:?}");
+        assert!(shown.starts_with("ValidatingGate {"), "{shown}");
+        assert!(shown.contains("MemoryGate"), "{shown}");
+        assert!(shown.contains(id.as_str()), "{shown}");
+    }
+
     #[tokio::test]
     async fn a_forged_huge_token_is_refused_and_the_mark_kept() {
         let (_dir, source, gate) = setup();

@@ -28,11 +28,16 @@
 //! everything it sends from then on dropped (it stays open), so the server
 //! never sees the request its client is waiting on.
 //!
+//! A fifth slows the replies: each chunk the server sends is forwarded a
+//! set delay after the proxy read it, in order, so a request reaches the
+//! server at once and its answer arrives late (the server acted long
+//! before its client learns of it).
+//!
 //! Every task belongs to the proxy and is aborted when it is dropped.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,6 +123,13 @@ impl Proxy {
         self.faults.held.send_replace(on);
     }
 
+    /// Forwards every reply `delay` after the server sent it (zero: at
+    /// once, the default).
+    pub fn set_reply_delay(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.faults.reply_delay_us.store(micros, Ordering::SeqCst);
+    }
+
     /// Lets `reads` more reads from clients through, then drops everything
     /// the connection that makes the next read sends (that connection only,
     /// left open). With a warm connection and one request per read: the
@@ -146,6 +158,8 @@ struct Faults {
     /// Reads to let through before `drop_requests_after` strikes; negative
     /// when unarmed.
     reads_left: AtomicI64,
+    /// How long each reply is kept before it is forwarded, in µs.
+    reply_delay_us: AtomicU64,
 }
 
 impl Faults {
@@ -164,6 +178,7 @@ impl Default for Faults {
             cut: watch::channel(0).0,
             held: watch::channel(false).0,
             reads_left: AtomicI64::new(-1),
+            reply_delay_us: AtomicU64::new(0),
         }
     }
 }
@@ -201,13 +216,7 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
     let pumps = async {
         tokio::join!(
             pump_requests(in_read, out_write, &faults, faults.held.subscribe()),
-            pump_replies(
-                out_read,
-                in_write,
-                &faults.blackhole,
-                &faults.replies_dropped,
-                replies_cut,
-            ),
+            pump_replies(out_read, in_write, &faults, replies_cut),
         )
     };
     // Dropping the pumps closes both sockets.
@@ -219,34 +228,53 @@ async fn forward(inbound: TcpStream, target: SocketAddr, faults: Arc<Faults>) {
 
 /// The server-to-client direction: copies until end of stream or an
 /// error, discarding what it reads while the blackhole is on or replies
-/// are dropped; forwards the end of stream as a half-close. Nothing read
-/// after `cut_connections` is forwarded: the connection's task ends only
-/// when it next runs, and a test that cuts and then stops dropping replies
-/// must not see a reply the cut was meant to lose.
+/// are dropped, and holding each chunk for the reply delay (a delay line:
+/// the reads go on meanwhile, so the delays do not add up); forwards the
+/// end of stream as a half-close. Nothing read after `cut_connections` is
+/// forwarded: the connection's task ends only when it next runs, and a
+/// test that cuts and then stops dropping replies must not see a reply
+/// the cut was meant to lose.
 async fn pump_replies(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
-    blackhole: &AtomicBool,
-    dropped: &AtomicBool,
+    faults: &Faults,
     cut: watch::Receiver<u64>,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if cut.has_changed().unwrap_or(true) {
-            return;
+    let (line, mut due) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let read = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if cut.has_changed().unwrap_or(true) {
+                return;
+            }
+            if faults.blackhole.load(Ordering::SeqCst)
+                || faults.replies_dropped.load(Ordering::SeqCst)
+            {
+                continue;
+            }
+            let delay = Duration::from_micros(faults.reply_delay_us.load(Ordering::SeqCst));
+            if line
+                .send((tokio::time::Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
+                return;
+            }
         }
-        if blackhole.load(Ordering::SeqCst) || dropped.load(Ordering::SeqCst) {
-            continue;
+    };
+    let write = async {
+        while let Some((at, chunk)) = due.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
         }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 /// HTTP/2's client preface, sent once before the first frame.

@@ -10,7 +10,7 @@ use fencing_harness::etcd::fixture::EtcdFixture;
 use fencing_harness::fixture::Fixture;
 use fencing_harness::zk::ensemble::ZkVersion;
 use fencing_harness::zk::fixture::ZkFixture;
-use fencing_testkit::{gate_keeps_the_rules, Binding};
+use fencing_testkit::{gate_keeps_the_rules, gate_survives_racing_admits, Binding};
 
 /// The gate rules (fencing-testkit), from a real grant's token upwards;
 /// a token naming no source counts as the gate's own source's.
@@ -36,4 +36,32 @@ async fn zk_gate_keeps_the_rules() {
     let source = f.source().await;
     let gate = source.gate("/fencing-test-gate").unwrap();
     keeps_the_rules(&gate, &source).await;
+}
+
+/// Four writers race admits through two gates of one coordinator (two
+/// sessions, two connections): the mark never goes back, and ends at the
+/// highest token admitted (a raise must be conditional on the mark it
+/// read; a ZooKeeper gate raising by path alone fails this).
+async fn survives_racing_admits(a: &dyn Gate, b: &dyn Gate, source: &dyn FencingSource) {
+    let r = ResourceName::new("raced").unwrap();
+    let opts = AcquireOptions::new().ttl(Duration::from_secs(5));
+    let grant = source.acquire(&r, &opts).await.unwrap();
+    gate_survives_racing_admits(&[a, b], &r, source.identity(), grant.token(), 25).await;
+    grant.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_gate_survives_racing_admits() {
+    let f = ZkFixture::start(ZkVersion::V3_9).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let gate = |s: &fencing_zookeeper::ZkSource| s.gate("/fencing-test-gate").unwrap();
+    survives_racing_admits(&gate(&a), &gate(&b), &a).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_gate_survives_racing_admits() {
+    let f = EtcdFixture::start(EtcdVersion::V3_6).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let gate = |s: &fencing_etcd::EtcdSource| s.gate("/fencing-test-gate").unwrap();
+    survives_racing_admits(&gate(&a), &gate(&b), &a).await;
 }

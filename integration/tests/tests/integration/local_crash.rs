@@ -72,8 +72,8 @@ async fn sigkill_while_granting_never_repeats_a_token() {
     next.release().await.unwrap();
 }
 
-#[test]
-fn every_token_is_durable_before_it_is_handed_out() {
+/// The grant loop's syscalls, traced, with `args` after its directory.
+fn traced_grant_loop(args: &[&str]) -> Vec<fencing_harness::durability::Call> {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace");
     let state = dir.path().join("state");
@@ -86,12 +86,26 @@ fn every_token_is_durable_before_it_is_handed_out() {
         ])
         .arg(env!("CARGO_BIN_EXE_grant-loop"))
         .arg(&state)
-        .args(["traced", "20"])
+        .args(args)
         .stdout(std::process::Stdio::null())
         .status()
         .expect("strace is installed by scripts/install/netns.sh");
-    assert!(status.success(), "traced grant loop: {status}");
-    let calls = fencing_harness::durability::parse(&std::fs::read_to_string(&trace).unwrap());
+    assert!(status.success(), "traced grant loop {args:?}: {status}");
+    fencing_harness::durability::parse(&std::fs::read_to_string(&trace).unwrap())
+}
+
+/// The same for a FileGate: each admit returns only once the raised mark
+/// is durable.
+#[test]
+fn every_gate_mark_is_durable_before_admit_returns() {
+    let calls = traced_grant_loop(&["traced", "20", "--gate"]);
+    let announced = fencing_harness::durability::check(&calls).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(announced, 20, "one stdout write per admit");
+}
+
+#[test]
+fn every_token_is_durable_before_it_is_handed_out() {
+    let calls = traced_grant_loop(&["traced", "20"]);
     let renames = calls
         .iter()
         .filter(|c| matches!(c, fencing_harness::durability::Call::Rename { .. }))

@@ -282,12 +282,13 @@ impl ZkEnsemble {
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
              minSessionTimeout={}\n\
-             maxSessionTimeout=60000\n\
+             maxSessionTimeout={}\n\
              autopurge.purgeInterval=0\n",
             self.options.sync_limit,
             data.display(),
             s.client_port,
             self.options.min_session_timeout.as_millis(),
+            self.options.max_session_timeout.as_millis(),
         );
         if let Some(per_ip) = self.options.max_client_cnxns {
             cfg.push_str(&format!("maxClientCnxns={per_ip}\n"));

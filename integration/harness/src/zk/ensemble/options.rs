@@ -29,6 +29,9 @@ pub struct ZkOptions {
     /// The servers' `minSessionTimeout` (the harness's default is 400 ms):
     /// sessions asking for less get this.
     pub min_session_timeout: Duration,
+    /// The servers' `maxSessionTimeout` (the harness's default is 60 s):
+    /// sessions asking for more get this.
+    pub max_session_timeout: Duration,
     /// The servers' `maxClientCnxns` (connections from one IP address to
     /// one server; 0: no limit). `None` leaves ZooKeeper's default (60).
     pub max_client_cnxns: Option<u32>,
@@ -48,6 +51,7 @@ impl ZkOptions {
             sasl_users: Vec::new(),
             require_sasl: false,
             min_session_timeout: Duration::from_millis(400),
+            max_session_timeout: Duration::from_secs(60),
             max_client_cnxns: None,
             sync_limit: 10,
         }
@@ -72,6 +76,13 @@ impl ZkOptions {
     #[must_use]
     pub fn min_session_timeout(mut self, at_least: Duration) -> Self {
         self.min_session_timeout = at_least;
+        self
+    }
+
+    /// Sets the servers' `maxSessionTimeout`.
+    #[must_use]
+    pub fn max_session_timeout(mut self, at_most: Duration) -> Self {
+        self.max_session_timeout = at_most;
         self
     }
 

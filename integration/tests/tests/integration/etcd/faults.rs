@@ -209,14 +209,16 @@ async fn key_deleted_and_compacted_while_the_watch_stream_is_down(version: EtcdV
         .expect("the watch of the kept grant did not come back after the compaction");
 }
 
-/// A release's delete that reaches the cluster late (held in the network
-/// while the client gave up on it and re-sent it to another member, its
-/// cancellation lost) must not delete the grant the same source made
-/// meanwhile: same lease, so the same key name. The fault campaign found
-/// this with a plain delete (etcd 3.6, seed 12).
-async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
+/// A source reaching two members through proxies: the first, `late`, to
+/// hold requests on; the other, `direct`, to re-send them through.
+async fn late_and_direct(
+    f: &EtcdFixture,
+) -> (
+    fencing_harness::net::proxy::Proxy,
+    fencing_harness::net::proxy::Proxy,
+    EtcdSource,
+) {
     use fencing_harness::net::proxy::Proxy;
-    let f = EtcdFixture::start(version).await;
     let members = f.cluster.endpoints();
     let (late, direct) = (
         Proxy::start(members[0].parse().unwrap()).await.unwrap(),
@@ -225,6 +227,17 @@ async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
     let source = EtcdSource::connect(f.config(vec![late.endpoint(), direct.endpoint()]))
         .await
         .expect("connect");
+    (late, direct, source)
+}
+
+/// A release's delete that reaches the cluster late (held in the network
+/// while the client gave up on it and re-sent it to another member, its
+/// cancellation lost) must not delete the grant the same source made
+/// meanwhile: same lease, so the same key name. The fault campaign found
+/// this with a plain delete (etcd 3.6, seed 12).
+async fn late_release_delete_spares_the_next_grant(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (late, _direct, source) = late_and_direct(&f).await;
     let mut observer = f.source().await.client();
     let lock = r("late-delete");
     let long = opts(Duration::from_secs(10));
@@ -423,6 +436,269 @@ async fn bad_input_is_refused(version: EtcdVersion) {
         Err(Error::InvalidResource { .. })
     ));
 }
+
+/// A renewal counts from when its keep-alive was sent, never from when
+/// its answer came: with every reply held 100 ms by the network, a renewal
+/// observed at `M` was sent at least 200 ms before (the keep-alive's reply
+/// and the vouching read's each took 100 ms), so the deadline it sets is
+/// at most `M - 200 ms + TTL - margin`. Counted from the answer, it would
+/// be 200 ms later: past the lease's end at the server by as much.
+async fn a_renewal_counts_from_its_send(version: EtcdVersion) {
+    use fencing_harness::net::proxy::Proxy;
+    use tokio::time::Instant;
+    const TTL: Duration = Duration::from_secs(6);
+    // Under the fixture's per-attempt timeout (250 ms) for the read.
+    const DELAY: Duration = Duration::from_millis(100);
+    let f = EtcdFixture::start(version).await;
+    let proxy = Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
+        .await
+        .unwrap();
+    let source = EtcdSource::connect(f.config(vec![proxy.endpoint()]))
+        .await
+        .expect("connect");
+    let g = source
+        .acquire(&r("slow-replies"), &opts(TTL))
+        .await
+        .unwrap();
+    // Each wait ends at the instant the deadline moves (a renewal), seen
+    // within 5 ms.
+    let held = &g;
+    let next_renewal = |after: Instant, what: &'static str| async move {
+        let patience = Instant::now() + TTL;
+        while held.deadline() == after {
+            assert!(
+                Instant::now() < patience,
+                "no renewal {what} within {TTL:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (held.deadline(), Instant::now())
+    };
+    // Right after a renewal, so that the next one is sent under the delay.
+    let (renewed, _) = next_renewal(g.deadline(), "before the delay").await;
+    proxy.set_reply_delay(DELAY);
+    let (deadline, seen) = next_renewal(renewed, "with replies delayed").await;
+    let latest_send = seen - 2 * DELAY;
+    let bound = latest_send + TTL - TTL / 10;
+    assert!(
+        deadline <= bound,
+        "the deadline runs {:?} past TTL - margin from the renewal's latest possible send",
+        deadline - bound
+    );
+    proxy.set_reply_delay(Duration::ZERO);
+    g.release().await.unwrap();
+}
+
+/// A lock key written to after its creation (an operator, another
+/// client's tool) keeps naming its grant: the token is the key's create
+/// revision, which a later write does not change.
+async fn a_rewritten_lock_key_keeps_its_token(version: EtcdVersion) {
+    use fencing_etcd::etcd_client::PutOptions;
+    let f = EtcdFixture::start(version).await;
+    let source = f.source().await;
+    let lock = r("rewritten");
+    let g = source
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let mut admin = f.source().await.client();
+    admin
+        .put(
+            g.key(),
+            "edited",
+            Some(PutOptions::new().with_ignore_lease()),
+        )
+        .await
+        .unwrap();
+    let holder = source.holder(&lock).await.unwrap().expect("a holder");
+    assert_eq!(
+        holder.token,
+        g.token(),
+        "holder() names another token than the grant's after its key was written to"
+    );
+    g.release().await.unwrap();
+}
+
+/// An acquire that finds its own key already there (a lock txn of this
+/// session applied whose answer was lost, and the txn re-sent) deletes that
+/// leftover and creates the key again under the same name. A delete of the
+/// leftover that reaches the cluster late (held in the network while it
+/// was re-sent elsewhere) must not delete the new grant's key: the delete
+/// compares the leftover's create revision. The leftover is made here by
+/// writing the key on the session's lease, as the lost txn would have.
+async fn a_late_delete_of_a_leftover_key_spares_the_new_grant(version: EtcdVersion) {
+    use fencing_etcd::etcd_client::PutOptions;
+    let f = EtcdFixture::start(version).await;
+    let (late, _direct, source) = late_and_direct(&f).await;
+    let mut admin = f.source().await.client();
+    let lock = r("leftover");
+    let long = opts(Duration::from_secs(10));
+    // The client picks a member per request, and the request held may be
+    // the lock txn rather than the delete: check every acquire that had a
+    // request re-sent, until four were.
+    let mut checked = 0;
+    for _ in 0..30 {
+        let first = source.acquire(&lock, &long).await.unwrap();
+        let key = first.key().to_owned();
+        let lease = i64::from_str_radix(key.rsplit('/').next().unwrap(), 16).unwrap();
+        first.release().await.unwrap();
+        admin
+            .put(
+                key.as_str(),
+                "leftover",
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .unwrap();
+        late.set_requests_held(true);
+        let started = std::time::Instant::now();
+        let next = source.acquire(&lock, &long).await.unwrap();
+        let resent = started.elapsed() >= Duration::from_millis(200);
+        late.set_requests_held(false);
+        if next.key() != key || !resent {
+            // Another session, or nothing was held: no late delete to spare.
+            next.release().await.unwrap();
+            continue;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = admin.get(next.key(), None).await.unwrap();
+        assert_eq!(
+            now.kvs().first().map(|kv| kv.create_revision()),
+            Some(i64::try_from(next.token()).unwrap()),
+            "a late delete of the leftover removed the new grant's key"
+        );
+        assert!(next.is_live(), "the new grant was lost to a late delete");
+        next.release().await.unwrap();
+        checked += 1;
+        if checked == 4 {
+            return;
+        }
+    }
+    panic!("only {checked} acquires re-sent a request held at the first member in 30 tries");
+}
+
+/// A release whose delete was answered keeps its session: the next grant
+/// of the same lock reuses the lease (the same key name), with no new
+/// lease granted. A session is retired only when a delete may still be
+/// applied late.
+async fn a_release_keeps_its_session(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let source = f.source().await;
+    let lock = r("kept-session");
+    let first = source
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let key = first.key().to_owned();
+    first.release().await.unwrap();
+    let next = source
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.key(),
+        key,
+        "the release retired a session it did not have to"
+    );
+    next.release().await.unwrap();
+}
+
+/// `close()` ends the session at the server: a lock still held when its
+/// source closes is free for others at once, not after the lease's TTL.
+async fn close_frees_a_held_lock_at_once(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let lock = r("closed-while-held");
+    let held = a
+        .acquire(&lock, &opts(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    a.close().await.expect("close");
+    let next = b
+        .try_acquire(&lock, &AcquireOptions::new().ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(next.is_some(), "the lock stayed held after close()");
+    assert!(!held.is_live(), "a grant outlived its source's close()");
+    next.unwrap().release().await.unwrap();
+}
+
+/// `close()` with the cluster out of reach fails: it could not end the
+/// session, so the lock may stay held until the lease runs out, and the
+/// caller must be told (an answer other than "lease not found" is not a
+/// revoke).
+async fn close_out_of_reach_is_an_error(version: EtcdVersion) {
+    use fencing_harness::net::proxy::Proxy;
+    let f = EtcdFixture::start(version).await;
+    let proxy = Proxy::start(f.cluster.endpoints()[0].parse().unwrap())
+        .await
+        .unwrap();
+    let source = EtcdSource::connect(f.config(vec![proxy.endpoint()]))
+        .await
+        .expect("connect");
+    let held = source
+        .acquire(&r("closed-unreachable"), &opts(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // Connections refused from now on: every request fails at once.
+    drop(proxy);
+    let closed = source.close().await;
+    assert!(
+        closed.is_err(),
+        "close() reported the session ended: {closed:?}"
+    );
+    drop(held);
+}
+
+/// A waiter watches its predecessor and writes nothing while it waits: the
+/// store's revision stands still for the second it waits. A waiter that
+/// gave up its place and queued again (a new key each time) would hand
+/// the lock over as fast, and this is what tells it apart.
+async fn a_waiter_writes_nothing_while_it_waits(version: EtcdVersion) {
+    let f = EtcdFixture::start(version).await;
+    let (a, b) = (f.source().await, f.source().await);
+    let lock = r("quiet-waiter");
+    let held = a
+        .acquire(&lock, &opts(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { b.acquire(&lock, &opts(Duration::from_secs(10))).await }
+    });
+    let observer = f.source().await;
+    let revision = || async {
+        let resp = observer.client().get("/", None).await.unwrap();
+        resp.header().unwrap().revision()
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = revision().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = revision().await;
+    assert_eq!(
+        before, after,
+        "the store was written to while one waiter waited"
+    );
+    assert!(!waiter.is_finished(), "the waiter was granted a held lock");
+    held.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("the waiter's grant");
+    next.release().await.unwrap();
+}
+
+// What only our client decides runs on the newest release only.
+fencing_harness::version_tests!(
+    fencing_harness::etcd::cluster::EtcdVersion::V3_6,
+    v3_6_client,
+    [
+        a_renewal_counts_from_its_send,
+        a_rewritten_lock_key_keeps_its_token,
+        a_late_delete_of_a_leftover_key_spares_the_new_grant,
+        a_release_keeps_its_session,
+        close_frees_a_held_lock_at_once,
+        close_out_of_reach_is_an_error,
+        a_waiter_writes_nothing_while_it_waits
+    ]
+);
 
 fencing_harness::on_both_etcd_versions!(
     leader_killed_while_held_and_waited_for,

@@ -284,15 +284,26 @@ async fn a_write_lost_on_its_way_cannot_land_after_close(f: &KubeFixture) {
         }
         // The acquire's read passes; its write is lost.
         proxy.drop_requests_after(1);
-        let e = a
-            .try_acquire(&lock, &once)
-            .await
-            .expect_err("the write was lost");
-        if e.to_string().starts_with("update Lease") {
-            break;
-        }
-        // Its read outlived the short timeout; nothing was written.
-        assert!(attempt < 5, "the acquire failed before its write: {e}");
+        let e = match a.try_acquire(&lock, &once).await {
+            Err(e) if e.to_string().starts_with("update Lease") => break,
+            Err(e) => e.to_string(),
+            // The strike missed the write (seen once, under load: which
+            // read it falls on depends on how the client's frames were
+            // split into reads). Nothing was lost: disarm it, give the
+            // Lease back if the release gets through, and try again.
+            Ok(granted) => {
+                proxy.drop_requests_after(u32::MAX);
+                if let Some(g) = granted {
+                    let _ = g.release().await;
+                }
+                "the write was not struck".into()
+            }
+        };
+        // Its read outlived the short timeout, or the strike missed.
+        assert!(
+            attempt < 8,
+            "the acquire's write was never the one lost: {e}"
+        );
     }
     a.close().await.unwrap();
     let mut late = read.clone();
@@ -387,4 +398,45 @@ async fn concurrent_candidates_never_both_hold() {
         .filter(|e| matches!(e, fencing_testkit::Event::Granted { .. }))
         .count();
     assert_eq!(grants, CANDIDATES * ROUNDS);
+}
+
+/// Someone else's write to a held Lease (here an admin naming another
+/// holder, as a candidate that took an expired Lease would) is never
+/// written over: the holder's next renewal is conditional on the version
+/// it last wrote, is refused, and the grant is lost; the Lease keeps the
+/// other holder. The holder runs as an admin, whose rights would let an
+/// unconditional write through: the least-privilege user of
+/// deploy/kubernetes/rbac.yaml may not patch, and an update without a
+/// resourceVersion is refused for every user (422), so only the
+/// precondition we send is tested here, not the server's refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_over_is_not_renewed_over() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::PostParams;
+    let f = KubeFixture::start().await;
+    let leases: kube::Api<Lease> =
+        kube::Api::namespaced(f.cluster(|c| c.admin_client()), f.namespace());
+    let a = f
+        .source_as(fencing_harness::kubernetes::cluster::KubeUser::Admin)
+        .await;
+    let lock = r("taken-over");
+    let g = a
+        .acquire(&lock, &AcquireOptions::new().ttl(TEST_LEASE))
+        .await
+        .unwrap();
+    let mut taken = leases.get("taken-over").await.unwrap();
+    taken.spec.as_mut().unwrap().holder_identity = Some("usurper".into());
+    leases
+        .replace("taken-over", &PostParams::default(), &taken)
+        .await
+        .expect("the admin's takeover");
+    let reason = tokio::time::timeout(TEST_LEASE, g.lost())
+        .await
+        .expect("the holder renewed over a takeover instead of losing its grant");
+    let now = leases.get("taken-over").await.unwrap();
+    assert_eq!(
+        now.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("usurper"),
+        "the takeover was written over (loss: {reason:?})"
+    );
 }

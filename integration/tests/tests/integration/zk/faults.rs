@@ -419,6 +419,35 @@ async fn bad_input_is_refused(version: ZkVersion) {
     }
 }
 
+/// An ensemble whose `maxSessionTimeout` (4 s) is below the TTL asked for
+/// (20 s) negotiates the session down: the holder must count the 4 s the
+/// servers keep, not the 20 s it asked for, or it would go on working for
+/// 14 s after the session expired.
+async fn a_lease_counts_the_negotiated_timeout(version: ZkVersion) {
+    use fencing_harness::zk::ensemble::ZkEnsemble;
+    const MAX: Duration = Duration::from_secs(4);
+    let options = ZkOptions::new(version, 1).max_session_timeout(MAX);
+    let ensemble = ZkEnsemble::start_with(options)
+        .await
+        .expect("start ZooKeeper");
+    let source = fencing::connect(&format!("zk://{}/negotiated", ensemble.connect_string()))
+        .await
+        .expect("connect");
+    let asked = Duration::from_secs(20);
+    let sent = tokio::time::Instant::now();
+    let g = source
+        .acquire(&r("negotiated"), &opts(asked))
+        .await
+        .expect("acquire");
+    let counted = g.deadline() - sent;
+    assert!(
+        counted <= MAX,
+        "asked for {asked:?}, the servers keep at most {MAX:?}, the holder counts {counted:?}"
+    );
+    g.release().await.expect("release");
+    source.close().await.expect("close");
+}
+
 /// Ports that accept connections and never answer (a dead server behind a
 /// proxy, the published port of a disconnected container).
 struct SilentPorts {
@@ -503,6 +532,7 @@ fencing_harness::version_tests!(
     v3_9_client,
     [
         silent_servers_before_a_live_one_are_skipped,
+        a_lease_counts_the_negotiated_timeout,
         release_during_a_blip_still_releases,
         a_lease_lost_to_a_stalled_leader_frees_the_lock,
         close_ends_the_sessions_and_frees_the_locks
