@@ -165,6 +165,12 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "repro" {
+		if err := runRepro(os.Args[2:]); err != nil {
+			fail("repro: %v", err)
+		}
+		return
+	}
 	o, err := parseFlags()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "client-go-elector: %v\n", err)

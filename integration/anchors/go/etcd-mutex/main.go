@@ -41,9 +41,9 @@ func fail(err error) {
 
 // modes are the subcommands, each in the file of its name.
 var modes = map[string]func(args []string) error{"contend": contend, "bench": bench, "held": held,
-	"hold": hold, "cycles": cycles, "waiters": waiters, "campaign": runCampaign}
+	"hold": hold, "cycles": cycles, "waiters": waiters, "campaign": runCampaign, "repro": repro}
 
-const modeNames = "contend, bench, held, hold, cycles, waiters or campaign"
+const modeNames = "contend, bench, held, hold, cycles, waiters, campaign or repro"
 
 func main() {
 	if len(os.Args) < 2 {

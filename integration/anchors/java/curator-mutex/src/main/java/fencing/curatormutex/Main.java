@@ -29,7 +29,7 @@ public final class Main {
         int code = 0;
         try {
             if (args.length < 1) {
-                throw new Failure("usage: curator-mutex contend|bench|waiters|hold|held|campaign [flags]");
+                throw new Failure("usage: curator-mutex contend|bench|waiters|hold|held|campaign|repro [flags]");
             }
             String[] rest = Arrays.copyOfRange(args, 1, args.length);
             switch (args[0]) {
@@ -39,7 +39,8 @@ public final class Main {
                 case "hold" -> Hold.run(rest);
                 case "held" -> Held.run(rest);
                 case "campaign" -> Campaign.run(rest);
-                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters, hold, held or campaign)");
+                case "repro" -> Repro.run(rest);
+                default -> throw new Failure("unknown subcommand \"" + args[0] + "\" (want contend, bench, waiters, hold, held, campaign or repro)");
             }
         } catch (Throwable e) {
             LineProto.emitError(e);
