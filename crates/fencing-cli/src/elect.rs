@@ -41,7 +41,7 @@ Exit status: 0 after SIGINT/SIGTERM, 2 on a usage or configuration error,
 
 #[derive(clap::Args, Debug)]
 pub struct ElectArgs {
-    /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
+    /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://..., postgres://...
     #[arg(long, value_name = "URL", env = SOURCE_ENV, hide_env_values = true)]
     source: String,
 
@@ -74,7 +74,7 @@ pub struct ElectArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct ObserveArgs {
-    /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
+    /// Where the election lives: local://DIR, etcd://..., etcds://..., zk://..., kube://..., postgres://...
     #[arg(long, value_name = "URL", env = SOURCE_ENV, hide_env_values = true)]
     source: String,
 

@@ -5,6 +5,7 @@ mod elect;
 mod events;
 mod failure;
 mod run;
+mod schema;
 mod source_arg;
 
 use std::process::ExitCode;
@@ -58,6 +59,10 @@ enum Command {
     #[command(after_help = elect::OBSERVE_EXAMPLES)]
     Observe(elect::ObserveArgs),
 
+    /// Create the lock table of a postgres:// source (or print its SQL)
+    #[command(after_help = schema::EXAMPLES)]
+    Schema(schema::SchemaArgs),
+
     /// One lock holder of `fence demo` (started by it, not by hand)
     #[command(hide = true)]
     DemoClient(demo::client::ClientArgs),
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
             },
             Command::Elect(args) => exit(elect::elect(args).await),
             Command::Observe(args) => exit(elect::observe(args).await),
+            Command::Schema(args) => exit(schema::schema(args).await),
             Command::DemoClient(args) => ExitCode::from(demo::client::run(args).await),
         }
     });

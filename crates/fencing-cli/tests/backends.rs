@@ -179,3 +179,35 @@ fn kubernetes_url_mistakes_are_usage_errors() {
         );
     }
 }
+
+/// PostgreSQL: `fence schema` creates the lock table (twice is fine), then
+/// the demo and the frozen `fence run` behave as on the other backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_schema_demo_and_frozen_run() {
+    let server = fencing_harness::postgres::server::PgServer::start()
+        .await
+        .unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?table=cli_locks&ttl=2",
+        server.port()
+    );
+    for _ in 0..2 {
+        let out = common::fence()
+            .args(["schema", "--source", &url])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("cli_locks"),
+            "{stdout}"
+        );
+    }
+    let printed = common::fence()
+        .args(["schema", "--print", "--source", &url])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&printed.stdout)
+        .contains("CREATE TABLE IF NOT EXISTS \"cli_locks\""));
+    demo_fences_the_stale_write(url.clone()).await;
+    common::frozen_fence_run_stops_its_child(&url, "2").await;
+}

@@ -1,6 +1,11 @@
-//! PostgreSQL gates for `fencing`: the check lives in the database that
-//! takes the writes, in the same transaction as the write.
+//! PostgreSQL for `fencing`: a coordinator that mints tokens
+//! ([`PgSource`]), and gates whose check lives in the database that takes
+//! the writes, in the same transaction as the write.
 //!
+//! - [`PgSource`]: locks and leases with fencing tokens in one table, for
+//!   applications that run PostgreSQL and no etcd, ZooKeeper or
+//!   Kubernetes; [`PgSource::guard`] checks a lock inside the transaction
+//!   of a write.
 //! - [`FencedUpdate`]: a fence column on your own table; the write and the
 //!   check are one `UPDATE ... WHERE fence <= $token`, one round trip.
 //! - [`FenceTable`]: a table of marks advanced inside your transaction, for
@@ -15,12 +20,17 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 mod column;
+mod config;
 mod gate;
 mod ident;
+mod lock_table;
+mod source;
 mod table;
 
 pub use column::{FencedUpdate, PreparedUpdate};
+pub use config::{PgConfig, DEFAULT_REQUEST_TIMEOUT, DEFAULT_TABLE, DEFAULT_TTL};
 pub use gate::PgGate;
+pub use source::{PgSource, MIN_TTL};
 pub use table::FenceTable;
 
 /// The client crate.

@@ -52,7 +52,7 @@
 //! | `etcd` | `etcd://` and `etcds://` URLs, `fencing::etcd` (building it needs `protoc`) |
 //! | `zookeeper` | `zk://` URLs, `fencing::zookeeper` |
 //! | `kube` | `kube://` URLs, `fencing::kube`; the application picks a `k8s-openapi` version feature |
-//! | `postgres` | fence columns and tables in PostgreSQL, `fencing::postgres` |
+//! | `postgres` | `postgres://` URLs (a lock table), fence columns and tables in PostgreSQL, `fencing::postgres` |
 //! | `http` | a tower layer that fences an HTTP store, `fencing::http` |
 //! | `metrics` | acquire, loss, refusal and leadership figures through the `metrics` facade |
 //!
@@ -112,7 +112,8 @@ pub use fencing_etcd as etcd;
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use fencing_zookeeper as zookeeper;
 
-/// Gates inside PostgreSQL ([`FencedUpdate`](fencing_postgres::FencedUpdate),
+/// The PostgreSQL backend ([`PgSource`](fencing_postgres::PgSource)) and
+/// gates inside PostgreSQL ([`FencedUpdate`](fencing_postgres::FencedUpdate),
 /// [`FenceTable`](fencing_postgres::FenceTable)); feature `postgres`.
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -158,6 +159,12 @@ pub use fencing_election as election;
 ///   Without `kubeconfig=` the client comes from `KUBECONFIG`,
 ///   `~/.kube/config` or the in-cluster service account.
 ///
+/// - `postgres://[USER[:PASSWORD]@]HOST[:PORT][,...]/DB[?table=&ttl=&request_timeout=&...]`
+///   — a lock table in PostgreSQL (feature `postgres`; see
+///   `fencing_postgres::PgConfig::from_url`). libpq's URL, so
+///   `target_session_attrs=read-write` finds the primary after a failover.
+///   The schema must exist (`PgSource::create_schema`, `fence schema`).
+///
 /// A scheme whose backend is not part of this build, unknown schemes and
 /// malformed URLs give [`Error::Config`] naming the problem.
 ///
@@ -190,6 +197,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
             tls::check_provider("kube://")?;
             Ok(Arc::new(fencing_kube::KubeLeaseSource::connect(cfg).await?))
         }
+        #[cfg(feature = "postgres")]
+        SourceUrl::Postgres(cfg) => Ok(Arc::new(fencing_postgres::PgSource::connect(cfg).await?)),
     }
 }
 

@@ -8,7 +8,15 @@ use fencing_core::__private::UrlParts;
 use fencing_core::{Error, Result};
 
 /// Every scheme this crate recognises, built in or not.
-pub const KNOWN_SCHEMES: [&str; 5] = ["local", "etcd", "etcds", "zk", "kube"];
+pub const KNOWN_SCHEMES: [&str; 7] = [
+    "local",
+    "etcd",
+    "etcds",
+    "zk",
+    "kube",
+    "postgres",
+    "postgresql",
+];
 
 /// A parsed fencing source URL.
 ///
@@ -49,6 +57,11 @@ pub enum SourceUrl {
     /// [`fencing_kube::KubeLeaseConfig::from_url`].
     #[cfg(feature = "kube")]
     Kube(fencing_kube::KubeLeaseConfig),
+    /// `postgres://[USER@]HOSTS/DB[?table=&ttl=&request_timeout=&...]`
+    /// (or `postgresql://`), already checked by
+    /// [`fencing_postgres::PgConfig::from_url`].
+    #[cfg(feature = "postgres")]
+    Postgres(fencing_postgres::PgConfig),
 }
 
 impl SourceUrl {
@@ -60,6 +73,21 @@ impl SourceUrl {
             return Err(Error::Config(
                 "fencing source URL is empty; expected e.g. local:///var/lib/fencing".into(),
             ));
+        }
+        // libpq's URL form carries user info (`user:password@`), which the
+        // shared grammar refuses: it is read by its own parser.
+        if let Some((scheme, _)) = url.split_once("://") {
+            if matches!(
+                scheme.to_ascii_lowercase().as_str(),
+                "postgres" | "postgresql"
+            ) {
+                #[cfg(feature = "postgres")]
+                return fencing_postgres::PgConfig::from_url(url).map(SourceUrl::Postgres);
+                #[cfg(not(feature = "postgres"))]
+                return Err(Error::Config(format!(
+                    "this build has no backend for {scheme}:// URLs (it needs the feature `postgres` of the fencing crate)"
+                )));
+            }
         }
         let parts = UrlParts::parse(url, "fencing source")?;
         match parts.scheme() {
@@ -89,6 +117,7 @@ fn feature_of(scheme: &str) -> &'static str {
         "local" => "local",
         "etcd" | "etcds" => "etcd",
         "zk" => "zookeeper",
+        "postgres" | "postgresql" => "postgres",
         _ => "kube",
     }
 }

@@ -29,7 +29,8 @@ pub fn die_with_parent(cmd: &mut Command, signal: Signal) -> &mut Command {
 /// A child process that is killed and reaped when dropped.
 pub struct Reaped {
     child: Child,
-    lines: mpsc::Receiver<String>,
+    /// In a mutex only so that a fixture holding a server is `Sync`.
+    lines: std::sync::Mutex<mpsc::Receiver<String>>,
     /// Set once the child is known to have exited and been reaped: its pid
     /// may belong to another process then, so no signal is sent to it.
     exited: Option<ExitStatus>,
@@ -50,7 +51,7 @@ impl Reaped {
         });
         Ok(Reaped {
             child,
-            lines,
+            lines: std::sync::Mutex::new(lines),
             exited: None,
         })
     }
@@ -70,7 +71,7 @@ impl Reaped {
         let (_, lines) = mpsc::channel();
         Ok(Reaped {
             child,
-            lines,
+            lines: std::sync::Mutex::new(lines),
             exited: None,
         })
     }
@@ -114,14 +115,16 @@ impl Reaped {
 
     /// The next line the child prints, waiting at most `limit`.
     pub fn next_line(&self, limit: std::time::Duration) -> Option<String> {
-        self.lines.recv_timeout(limit).ok()
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.recv_timeout(limit).ok()
     }
 
     /// Kills the child with SIGKILL, waits for it, and returns every line
     /// it printed.
     pub fn kill_and_collect(mut self) -> Vec<String> {
         self.reap();
-        self.lines.iter().collect()
+        let lines = self.lines.get_mut().unwrap_or_else(|p| p.into_inner());
+        lines.iter().collect()
     }
 
     fn reap(&mut self) {

@@ -32,7 +32,7 @@ Exit status: 0 when the gated run refused the stale write and kept value=100,
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
-    /// Where C1 and C2 take their lease: local://DIR, etcd://..., etcds://..., zk://..., kube://...
+    /// Where C1 and C2 take their lease: local://DIR, etcd://..., etcds://..., zk://..., kube://..., postgres://...
     /// [default: a fresh local:// directory in the demo's temp dir]
     #[arg(long, value_name = "URL")]
     source: Option<String>,

@@ -73,7 +73,7 @@ command started.";
 // otherwise show as optional.
 #[command(override_usage = "fence run [OPTIONS] --source <URL> --lock <NAME> -- <CMD>...")]
 pub struct RunArgs {
-    /// Where the lock lives: local://DIR, etcd://..., etcds://..., zk://..., kube://...
+    /// Where the lock lives: local://DIR, etcd://..., etcds://..., zk://..., kube://..., postgres://...
     #[arg(long, value_name = "URL", required_unless_present = "watchdog", env = SOURCE_ENV, hide_env_values = true)]
     source: Option<String>,
 

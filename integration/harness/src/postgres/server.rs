@@ -38,7 +38,7 @@ pub const PG_SYSTEM_USER: &str = "postgres";
 /// The database superuser `initdb` creates (trust authentication).
 pub const PG_SUPERUSER: &str = "postgres";
 
-/// How long `initdb` may take.
+/// How long `initdb` or `pg_basebackup` may take.
 const INITDB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a start (or the start half of a restart) may take until the
 /// server answers a query.
@@ -72,8 +72,8 @@ pub enum PgHarnessError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// `initdb` failed.
-    #[error("initdb failed ({status}):\n{output}")]
+    /// `initdb` or `pg_basebackup` failed.
+    #[error("{status}:\n{output}")]
     Initdb {
         /// Its exit status.
         status: String,
@@ -235,6 +235,49 @@ impl PgServer {
     /// starts `postgres` on a free loopback port and waits (at most 30 s)
     /// until it answers a query.
     pub async fn start() -> Result<PgServer, PgHarnessError> {
+        let mut server = PgServer::blank()?;
+        server.initdb().await?;
+        server.launch_on_free_port().await?;
+        Ok(server)
+    }
+
+    /// A streaming standby of `primary`: its data copied with
+    /// `pg_basebackup -R` (which writes the standby's connection to the
+    /// primary), started on a free loopback port; it answers read-only
+    /// queries until [`promote`](Self::promote)d.
+    pub async fn standby_of(primary: &PgServer) -> Result<PgServer, PgHarnessError> {
+        let mut server = PgServer::blank()?;
+        let mut cmd = server.command("pg_basebackup", Signal::KILL);
+        cmd.args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", PG_SUPERUSER, "-D"])
+            .arg(server.data_dir())
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+        server.run_tool(cmd, "pg_basebackup").await?;
+        server.launch_on_free_port().await?;
+        Ok(server)
+    }
+
+    /// Ends a standby's recovery (`pg_promote()`, waiting until it is done):
+    /// it takes writes on a new timeline.
+    pub async fn promote(&self) -> Result<(), PgHarnessError> {
+        let client = self.client().await?;
+        let promote = client.query_one("SELECT pg_promote(true, 30)", &[]);
+        let done: bool = match tokio::time::timeout(Duration::from_secs(35), promote).await {
+            Ok(row) => row?.try_get(0)?,
+            Err(_) => return Err(PgHarnessError::Timeout("pg_promote() timed out".into())),
+        };
+        if !done {
+            return Err(PgHarnessError::Usage(format!(
+                "pg_promote() did not finish within 30 s\n--- log tail ---\n{}",
+                self.log_tail()
+            )));
+        }
+        Ok(())
+    }
+
+    /// A server not yet created: its temporary directory, owned by the
+    /// server user when the harness is root.
+    fn blank() -> Result<PgServer, PgHarnessError> {
         let (major, bin) = find_bin_dir()?;
         let ids = server_ids()?;
         let dir = tempfile::Builder::new()
@@ -249,7 +292,7 @@ impl PgServer {
                 )
             })?;
         }
-        let mut server = PgServer {
+        Ok(PgServer {
             bin,
             major,
             ids,
@@ -258,13 +301,15 @@ impl PgServer {
             connections: Mutex::new(Vec::new()),
             log: dir.path().join("postgres.log"),
             dir,
-        };
-        server.initdb().await?;
+        })
+    }
+
+    async fn launch_on_free_port(&mut self) -> Result<(), PgHarnessError> {
         let mut attempt = 1;
         loop {
-            server.port = free_port()?;
-            match server.launch().await {
-                Ok(()) => return Ok(server),
+            self.port = free_port()?;
+            match self.launch().await {
+                Ok(()) => return Ok(()),
                 Err(e) if e.is_port_clash() && attempt < START_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(e),
             }
@@ -302,21 +347,27 @@ impl PgServer {
             .arg(self.data_dir())
             .args(["-U", PG_SUPERUSER, "--auth=trust", "-E", "UTF8"])
             .args(["--locale=C", "--no-sync"]);
+        self.run_tool(cmd, "initdb").await
+    }
+
+    /// Runs one of the server's tools to its end (bounded), failing with
+    /// what it printed.
+    async fn run_tool(&self, cmd: Command, tool: &str) -> Result<(), PgHarnessError> {
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.stdin(Stdio::null()).kill_on_drop(true);
         let out = match tokio::time::timeout(INITDB_TIMEOUT, cmd.output()).await {
             Ok(out) => out.map_err(|e| {
-                PgHarnessError::io(format!("running {}", self.bin.join("initdb").display()), e)
+                PgHarnessError::io(format!("running {}", self.bin.join(tool).display()), e)
             })?,
             Err(_) => {
                 return Err(PgHarnessError::Timeout(format!(
-                    "initdb did not finish within {INITDB_TIMEOUT:?}"
+                    "{tool} did not finish within {INITDB_TIMEOUT:?}"
                 )))
             }
         };
         if !out.status.success() {
             return Err(PgHarnessError::Initdb {
-                status: out.status.to_string(),
+                status: format!("{tool}: {}", out.status),
                 output: format!(
                     "{}{}",
                     String::from_utf8_lossy(&out.stdout),

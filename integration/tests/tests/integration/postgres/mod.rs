@@ -1,4 +1,5 @@
-//! PostgreSQL servers for the storage-side gates.
+//! PostgreSQL servers: the storage-side gates, and PgSource.
 
 mod gate;
 mod harness_self_test;
+mod source;
