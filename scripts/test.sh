@@ -176,6 +176,8 @@ step "bench smoke: failover after SIGKILL of the holder, vs anchors" \
     "$target/failover-bench" --ttls 2 --runs 1
 step "bench smoke: gates (PostgreSQL fenced vs plain UPDATE, MemoryGate)" \
     "$target/gate-bench" --iterations 200 --csv "$bench_out"
+step "bench smoke: PgSource vs pg_try_advisory_lock (cycles, failover)" \
+    "$target/pg-bench" --blocks 4 --block 20 --failovers 1
 step "bench smoke: plot" "$target/bench-plot" --csv "$bench_out/gates-postgres.csv" \
     --x connections --y updates_per_s --series side --title smoke --x-label connections \
     --y-label "updates/s" --out "$bench_out/gates-postgres.svg"

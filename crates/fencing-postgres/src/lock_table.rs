@@ -86,10 +86,11 @@ impl LockTable {
                  (SELECT * FROM unnest($1::text[], $2::bigint[])) RETURNING name) \
                  SELECT pg_notify($3, name) FROM gone"
             ),
-            // The row as it stands, live or not, and how long it has left.
+            // The row as it stands, live or not, and how long until it
+            // may be taken: its lease left, plus the lock-delay $2.
             row: format!(
-                "SELECT holder, token, \
-                 GREATEST(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint) \
+                "SELECT holder, token, GREATEST(0, (extract(epoch FROM \
+                 expires_at + $2::bigint {ms} - clock_timestamp()) * 1000)::bigint) \
                  FROM {t} WHERE name = $1"
             ),
             current: format!(

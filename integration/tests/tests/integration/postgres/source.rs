@@ -101,9 +101,11 @@ async fn tokens_keep_rising_across_a_standby_promotion() {
     // Cut the standby off, then mint more than the 32 values a sequence
     // logs ahead: the standby's sequence is now behind the primary's.
     let s = standby.client().await.unwrap();
-    s.batch_execute("ALTER SYSTEM SET primary_conninfo = ''; SELECT pg_reload_conf()")
+    // Two statements: ALTER SYSTEM refuses to run in a transaction block.
+    s.batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
         .await
         .unwrap();
+    s.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     wait_until_not_streaming(&primary.server).await;
     let mut highest = held.token();
     for i in 0..40 {
