@@ -265,6 +265,31 @@ mod tests {
         assert!(err("zk://h:2181").contains("feature `zookeeper`"));
         #[cfg(not(feature = "kube"))]
         assert!(err("kube://ns?password=hunter2").contains("feature `kube`"));
+        #[cfg(not(feature = "postgres"))]
+        {
+            let msg = err("postgres://app:hunter2@db/app");
+            assert!(
+                msg.contains("feature `postgres`") && !msg.contains("hunter2"),
+                "{msg}"
+            );
+        }
+    }
+
+    /// libpq's URL form, user info included, is PostgreSQL's own parser's.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls_take_libpq_user_info() {
+        let Ok(SourceUrl::Postgres(cfg)) =
+            SourceUrl::parse("PostgreSQL://app:hunter2@db:5433/orders?table=locks")
+        else {
+            panic!("a postgres URL with user info")
+        };
+        assert_eq!(
+            (cfg.pg.get_user(), cfg.table.as_str()),
+            (Some("app"), "locks")
+        );
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+        assert!(err("postgres://app:hunter2@db/x?table=a-b").contains("SQL identifier"));
     }
 
     #[cfg(feature = "kube")]
