@@ -73,9 +73,12 @@ impl LockTable {
             ),
             // A lease that ran out is not renewed back to life, even when
             // no one took it: its holder's deadline has passed too.
+            // One statement for the grants of one TTL ($1 names, $2 tokens).
             renew: format!(
-                "UPDATE {t} SET expires_at = clock_timestamp() + $3::bigint {ms} \
-                 WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING 1"
+                "UPDATE {t} AS l SET expires_at = clock_timestamp() + $3::bigint {ms} \
+                 FROM unnest($1::text[], $2::bigint[]) AS u(name, token) \
+                 WHERE l.name = u.name AND l.token = u.token AND l.expires_at > clock_timestamp() \
+                 RETURNING l.name, l.token"
             ),
             release: format!(
                 "WITH gone AS (DELETE FROM {t} WHERE name = $1 AND token = $2 RETURNING name) \

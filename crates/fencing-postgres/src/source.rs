@@ -1,6 +1,7 @@
 //! [`PgSource`]: locks with fencing tokens in one PostgreSQL table.
 
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -77,9 +78,33 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     /// Woken by every release's NOTIFY, and when a connection ends.
     released: Arc<Notify>,
-    /// Grants taken and not yet known to be lost, for `close()`.
-    held: Mutex<Vec<(ResourceName, FencingToken, LeaseTracker)>>,
+    /// The grants of each TTL, renewed together.
+    batches: Mutex<HashMap<Duration, Batch>>,
     releases: Releases,
+}
+
+/// The live grants of one TTL, renewed by one UPDATE every TTL/3 (as etcd
+/// and ZooKeeper grants of one TTL share a session). Each grant keeps its
+/// own deadline: a renewal counts for a grant only when its row is among
+/// the rows the UPDATE returned, so a grant taken while a renewal was in
+/// flight is never credited with it.
+struct Batch {
+    members: Arc<Mutex<Vec<Member>>>,
+    renewer: JoinHandle<()>,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+#[derive(Clone)]
+struct Member {
+    resource: ResourceName,
+    token: FencingToken,
+    ttl: Duration,
+    lease: LeaseTracker,
 }
 
 impl std::fmt::Debug for PgSource {
@@ -145,7 +170,7 @@ impl PgSource {
                 conn: tokio::sync::Mutex::new(Some(conn)),
                 endpoints,
                 released,
-                held: Mutex::new(Vec::new()),
+                batches: Mutex::new(HashMap::new()),
                 releases: Releases::new(),
                 sql,
                 config,
@@ -354,36 +379,50 @@ impl PgSource {
             .with_key(format!("{}/{resource}", self.inner.config.table))
             .with_lease(ttl, ttl / 3);
         let lease = LeaseTracker::new(sent, ttl);
-        let span = tracing::debug_span!(parent: None, "fencing.renew", backend = "postgres", %resource, token = token.get());
-        let renewer = tokio::spawn(tracing::Instrument::instrument(
-            renew_loop(self.clone(), info.clone(), lease.clone()),
-            span,
-        ));
-        {
-            let mut held = lock(&self.inner.held);
-            held.retain(|(_, _, l)| l.is_live());
-            held.push((resource.clone(), token, lease.clone()));
-        }
+        self.join_batch(Member {
+            resource: resource.clone(),
+            token,
+            ttl,
+            lease: lease.clone(),
+        });
         tracing::debug!(%resource, %token, "postgres grant");
         let backend = PgGrant {
             source: self.clone(),
             info: info.clone(),
-            lease: lease.clone(),
-            renewer,
         };
         fencing_core::backend::grant(info, lease, Box::new(backend), &self.inner.releases)
     }
 
-    /// Why the lock row no longer carries `info`'s token.
-    async fn loss_reason(&self, info: &GrantInfo) -> LossReason {
-        let name = info.resource.as_str();
+    /// Adds a grant to the batch of its TTL, starting the batch's renewer
+    /// with the first grant of that TTL. A renewer holds its source weakly:
+    /// it ends when the last handle of the source is dropped.
+    fn join_batch(&self, member: Member) {
+        let ttl = member.ttl;
+        let mut batches = lock(&self.inner.batches);
+        let batch = batches.entry(ttl).or_insert_with(|| {
+            let members = Arc::new(Mutex::new(Vec::new()));
+            let span = tracing::debug_span!(parent: None, "fencing.renew", backend = "postgres", ttl = ?ttl);
+            let renewing = renew_batch(Arc::downgrade(&self.inner), members.clone(), ttl);
+            Batch {
+                members,
+                renewer: tokio::spawn(tracing::Instrument::instrument(renewing, span)),
+            }
+        });
+        let mut members = lock(&batch.members);
+        members.retain(|m| m.lease.is_live());
+        members.push(member);
+    }
+
+    /// Why the lock row no longer carries `token`.
+    async fn loss_reason(&self, resource: &ResourceName, token: FencingToken) -> LossReason {
+        let name = resource.as_str();
         match self
             .query("read the lock", |s| &s.row, &[&name, &0i64])
             .await
         {
             Ok(rows) => match rows.first() {
                 None => LossReason::DeletedAtServer,
-                Some(row) if token_at(row, 1) != info.token => LossReason::Superseded,
+                Some(row) if token_at(row, 1) != token => LossReason::Superseded,
                 Some(_) => LossReason::SessionExpired,
             },
             Err(_) => LossReason::SessionExpired,
@@ -515,36 +554,52 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Renews every TTL/3, sooner after a failed attempt, until the grant is
-/// lost or released. The deadline counts from each renewal's send.
-async fn renew_loop(source: PgSource, info: GrantInfo, lease: LeaseTracker) {
-    let name = info.resource.as_str();
-    let mut pause = info.renew_interval;
+/// Renews a batch every TTL/3 (a quarter of that after a failed attempt)
+/// with one UPDATE for all its live grants. A grant whose row the UPDATE
+/// did not return is lost, with the reason its row shows. Deadlines count
+/// from each renewal's send.
+async fn renew_batch(inner: Weak<Inner>, members: Arc<Mutex<Vec<Member>>>, ttl: Duration) {
+    let period = ttl / 3;
+    let mut pause = period;
     loop {
-        tokio::select! {
-            _ = lease.lost() => return,
-            () = tokio::time::sleep(pause) => {}
+        tokio::time::sleep(pause).await;
+        pause = period;
+        let due: Vec<Member> = {
+            let mut members = lock(&members);
+            members.retain(|m| m.lease.is_live());
+            members.clone()
+        };
+        if due.is_empty() {
+            continue;
         }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let source = PgSource { inner };
         let sent = SentAt::now();
-        let params: [&(dyn ToSql + Sync); 3] = [&name, &to_sql(info.token), &millis(info.ttl)];
-        match source.query("renew", |s| &s.renew, &params).await {
-            Ok(rows) if rows.is_empty() => {
-                let reason = source.loss_reason(&info).await;
-                lease.mark_lost(
+        let names: Vec<&str> = due.iter().map(|m| m.resource.as_str()).collect();
+        let tokens: Vec<i64> = due.iter().map(|m| to_sql(m.token)).collect();
+        let rows = match source
+            .query("renew", |s| &s.renew, &[&names, &tokens, &millis(ttl)])
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(grants = due.len(), error = %e, "lease renewal failed");
+                pause = period / 4;
+                continue;
+            }
+        };
+        let renewed: HashSet<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        for m in due.iter().filter(|m| m.lease.is_live()) {
+            if renewed.contains(&(m.resource.as_str().to_owned(), to_sql(m.token))) {
+                m.lease.renewed(sent, ttl);
+            } else {
+                let reason = source.loss_reason(&m.resource, m.token).await;
+                m.lease.mark_lost(
                     reason,
                     "renewal refused: the lock row no longer carries this token or ran out",
                 );
-                return;
-            }
-            Ok(_) => {
-                if !lease.renewed(sent, info.ttl) {
-                    return;
-                }
-                pause = info.renew_interval;
-            }
-            Err(e) => {
-                tracing::warn!(resource = %info.resource, error = %e, "lease renewal failed");
-                pause = info.renew_interval / 4;
             }
         }
     }
@@ -553,22 +608,17 @@ async fn renew_loop(source: PgSource, info: GrantInfo, lease: LeaseTracker) {
 struct PgGrant {
     source: PgSource,
     info: GrantInfo,
-    lease: LeaseTracker,
-    renewer: JoinHandle<()>,
-}
-
-impl Drop for PgGrant {
-    fn drop(&mut self) {
-        self.renewer.abort();
-    }
 }
 
 #[async_trait]
 impl GrantBackend for PgGrant {
+    /// Deletes the row, retrying for as long as the row could still be
+    /// live (a TTL from now, the latest it can run out); after that it has
+    /// run out by itself.
     async fn release(self: Box<Self>) -> Result<()> {
-        self.renewer.abort();
         let name = self.info.resource.as_str();
-        release_until_lost(&self.lease, "PostgreSQL lock release", || {
+        let row_lives = LeaseTracker::new(SentAt::now(), self.info.ttl);
+        release_until_lost(&row_lives, "PostgreSQL lock release", || {
             self.source.release_row(name, self.info.token)
         })
         .await
@@ -638,12 +688,16 @@ impl RawSource for PgSource {
     /// statement, waits for the releases of dropped grants, and closes the
     /// connection (a later call opens a new one).
     async fn close(&self) -> Result<()> {
-        let held: Vec<_> = lock(&self.inner.held).drain(..).collect();
+        let held: Vec<Member> = lock(&self.inner.batches)
+            .values()
+            .flat_map(|b| lock(&b.members).drain(..).collect::<Vec<_>>())
+            .collect();
         let (mut names, mut tokens) = (Vec::new(), Vec::new());
-        for (resource, token, lease) in held.iter().filter(|(_, _, l)| l.is_live()) {
-            lease.mark_lost(LossReason::Released, "its source was closed");
-            names.push(resource.as_str());
-            tokens.push(to_sql(*token));
+        for m in held.iter().filter(|m| m.lease.is_live()) {
+            m.lease
+                .mark_lost(LossReason::Released, "its source was closed");
+            names.push(m.resource.as_str());
+            tokens.push(to_sql(m.token));
         }
         let deleted = if names.is_empty() {
             Ok(())

@@ -198,7 +198,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn FencingSource>> {
             Ok(Arc::new(fencing_kube::KubeLeaseSource::connect(cfg).await?))
         }
         #[cfg(feature = "postgres")]
-        SourceUrl::Postgres(cfg) => Ok(Arc::new(fencing_postgres::PgSource::connect(cfg).await?)),
+        SourceUrl::Postgres(cfg) => Ok(Arc::new(fencing_postgres::PgSource::connect(*cfg).await?)),
     }
 }
 

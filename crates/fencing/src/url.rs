@@ -59,9 +59,9 @@ pub enum SourceUrl {
     Kube(fencing_kube::KubeLeaseConfig),
     /// `postgres://[USER@]HOSTS/DB[?table=&ttl=&request_timeout=&...]`
     /// (or `postgresql://`), already checked by
-    /// [`fencing_postgres::PgConfig::from_url`].
+    /// [`fencing_postgres::PgConfig::from_url`] (boxed: it is the largest).
     #[cfg(feature = "postgres")]
-    Postgres(fencing_postgres::PgConfig),
+    Postgres(Box<fencing_postgres::PgConfig>),
 }
 
 impl SourceUrl {
@@ -82,7 +82,8 @@ impl SourceUrl {
                 "postgres" | "postgresql"
             ) {
                 #[cfg(feature = "postgres")]
-                return fencing_postgres::PgConfig::from_url(url).map(SourceUrl::Postgres);
+                return fencing_postgres::PgConfig::from_url(url)
+                    .map(|c| SourceUrl::Postgres(Box::new(c)));
                 #[cfg(not(feature = "postgres"))]
                 return Err(Error::Config(format!(
                     "this build has no backend for {scheme}:// URLs (it needs the feature `postgres` of the fencing crate)"
