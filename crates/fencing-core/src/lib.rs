@@ -86,5 +86,6 @@ pub mod __private {
     pub use crate::metrics::{acquire_finished, gate_refused, grant_lost, leader_status};
     pub use crate::redact::{redact_secrets, REDACTED};
     pub use crate::settings::{is_host_port, positive_seconds};
+    pub use crate::source::check_holder;
     pub use crate::source_url::UrlParts;
 }

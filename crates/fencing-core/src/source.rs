@@ -398,6 +398,17 @@ pub fn ensure_same_source(expected: &SourceId, grant: &Grant) -> Result<()> {
     }
 }
 
+/// A holder identity a record can keep: 1 to 253 bytes without control
+/// characters, else an [`Error::Config`] naming it.
+pub fn check_holder(holder: &str) -> Result<()> {
+    if holder.is_empty() || holder.len() > 253 || holder.chars().any(char::is_control) {
+        return Err(Error::Config(format!(
+            "holder identity {holder:?} must be 1 to 253 bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs `fut` under an optional time limit, naming the operation in the error.
 pub async fn with_timeout<T>(
     limit: Option<Duration>,

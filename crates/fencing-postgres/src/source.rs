@@ -324,11 +324,7 @@ impl PgSource {
             .holder
             .clone()
             .unwrap_or_else(|| self.inner.holder.clone());
-        if holder.is_empty() || holder.len() > 253 || holder.chars().any(char::is_control) {
-            return Err(Error::Config(format!(
-                "holder identity {holder:?} must be 1 to 253 bytes without control characters"
-            )));
-        }
+        fencing_core::__private::check_holder(&holder)?;
         Ok((ttl, holder))
     }
 

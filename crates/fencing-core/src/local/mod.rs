@@ -138,11 +138,7 @@ impl LocalSource {
             .holder
             .clone()
             .unwrap_or_else(|| self.inner.holder.clone());
-        if holder.is_empty() || holder.len() > 253 || holder.chars().any(char::is_control) {
-            return Err(Error::Config(format!(
-                "holder identity {holder:?} must be 1 to 253 bytes without control characters"
-            )));
-        }
+        crate::source::check_holder(&holder)?;
         Ok((ttl, holder))
     }
 
