@@ -25,6 +25,7 @@ default_mixes=(
     "etcd|partition-client,pause-leader,kill-client,clock-fast|7,12"
     "kube|kill-apiserver,pause-apiserver,pause-client|7,12"
     "local|pause-client,clock-fast,wall-jump-back|7"
+    "pg|promote-standby,partition-leader,pause-client,wall-jump-forward|7,12"
 )
 seconds=45 seeds="" backends="" mixes=()
 while [ $# -gt 0 ]; do

@@ -7,6 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use fencing::{AcquireOptions, ResourceName};
+
 use fencing_harness::etcd::cluster::EtcdVersion;
 use fencing_harness::etcd::fixture::EtcdFixture;
 use fencing_harness::fixture::Fixture;
@@ -210,4 +212,45 @@ async fn postgres_schema_demo_and_frozen_run() {
         .contains("CREATE TABLE IF NOT EXISTS \"cli_locks\""));
     demo_fences_the_stale_write(url.clone()).await;
     common::frozen_fence_run_stops_its_child(&url, "2").await;
+    a_clock_ahead_cannot_take_a_held_lock(&url).await;
+}
+
+/// libfaketime (Debian's `faketime`, installed by scripts/install/netns.sh).
+const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// A lock's expiry is judged on the server's clock: a `fence run` whose
+/// wall clock is 10 minutes ahead waits for a lock held on a true clock,
+/// as every other client does (on its own clock, every lease it sees would
+/// have run out long ago).
+async fn a_clock_ahead_cannot_take_a_held_lock(url: &str) {
+    assert!(
+        std::path::Path::new(FAKETIME_LIB).exists(),
+        "{FAKETIME_LIB} is missing: run scripts/install/netns.sh"
+    );
+    let source = fencing::connect(url).await.unwrap();
+    let name = ResourceName::new("clock-ahead").unwrap();
+    let held = source
+        .acquire(&name, &AcquireOptions::new().ttl(Duration::from_secs(8)))
+        .await
+        .unwrap();
+    let url = url.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        common::fence()
+            .args(["run", "--source", &url, "--lock", "clock-ahead"])
+            .args(["--wait", "3", "--", "true"])
+            .env("LD_PRELOAD", FAKETIME_LIB)
+            .env("FAKETIME", "+600")
+            .output()
+            .expect("run fence")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a client 10 minutes ahead must wait for the held lock, and give up after --wait: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(held.is_live(), "the holder lost its lock to a fast clock");
+    held.release().await.unwrap();
 }

@@ -49,6 +49,8 @@ enum Backend {
     Etcd34,
     /// kube-apiserver on three etcd 3.6 members
     Kube,
+    /// PostgreSQL: a primary and its synchronous streaming standby
+    Pg,
 }
 
 #[derive(clap::Args)]
@@ -478,6 +480,7 @@ fn kind_and_ttl(backend: Backend) -> (Kind, Duration) {
     match backend {
         Backend::Local => (Kind::Local, Duration::from_secs(1)),
         Backend::Kube => (Kind::Kube, Duration::from_secs(2)),
+        Backend::Pg => (Kind::Pg, Duration::from_secs(2)),
         Backend::Zk => (Kind::Zk(ZkVersion::V3_9), Duration::from_secs(1)),
         Backend::Zk38 => (Kind::Zk(ZkVersion::V3_8), Duration::from_secs(1)),
         Backend::Etcd => (Kind::Etcd(EtcdVersion::V3_6), Duration::from_secs(2)),

@@ -327,6 +327,12 @@ impl Nemesis {
                 let done = kube_admin(world, AdminAction::DeleteLeases).await;
                 Ok((done, Undo::Nothing))
             }
+            Fault::PromoteStandby => {
+                let old = leader.unwrap_or(0);
+                let cluster = cluster(world)?;
+                let done = blocking(|| cluster.fail_over(old, 1 - old))?;
+                Ok((done, Undo::Nothing))
+            }
             _ => Err(format!("{} is not a cluster fault", fault.name())),
         }
     }

@@ -88,6 +88,10 @@ pub enum Fault {
     PauseStorage,
     /// SIGSTOP of every PostgreSQL server process (with `--postgres`).
     PausePostgres,
+    /// The PostgreSQL primary SIGKILLed and its standby promoted; the old
+    /// primary rebuilt as the new one's standby before the fault ends. The
+    /// tokens after it must go on above every token before it.
+    PromoteStandby,
 }
 
 impl Fault {
@@ -119,6 +123,7 @@ impl Fault {
             Fault::PauseStorage => "pause-storage",
             Fault::KillPostgres => "kill-postgres",
             Fault::PausePostgres => "pause-postgres",
+            Fault::PromoteStandby => "promote-standby",
         }
     }
 }

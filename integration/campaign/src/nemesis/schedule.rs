@@ -45,6 +45,19 @@ const KUBE_FAULTS: [Fault; 10] = [
     Fault::DeleteLeases,
     Fault::DeleteLeases,
 ];
+/// PostgreSQL: the primary and its synchronous standby. A promotion comes
+/// up most often; a cut between them, or a standby down, stops every
+/// commit (leases run out), as a primary down does.
+const PG_FAULTS: [Fault; 8] = [
+    Fault::PromoteStandby,
+    Fault::PromoteStandby,
+    Fault::KillLeader,
+    Fault::PauseLeader,
+    Fault::PartitionLeader,
+    Fault::KillMember,
+    Fault::PauseMember,
+    Fault::KillCluster,
+];
 /// A local source has no server: its second lane is client faults too.
 const LOCAL_FAULTS: [Fault; 2] = [Fault::PauseClient, Fault::KillClient];
 
@@ -55,6 +68,7 @@ fn cluster_lane(kind: Kind) -> &'static [Fault] {
         Kind::Zk(_) => &MEMBER_FAULTS[..MEMBER_FAULTS.len() - ETCD_ONLY],
         Kind::Etcd(_) => &MEMBER_FAULTS,
         Kind::Kube => &KUBE_FAULTS,
+        Kind::Pg => &PG_FAULTS,
     }
 }
 
@@ -103,7 +117,7 @@ pub fn lane_kinds(kind: Kind, postgres: bool) -> BTreeSet<Fault> {
 /// The fault kind called `name` ([`Fault::name`]), on any backend (the
 /// Kubernetes lanes hold every client and storage kind).
 fn by_name(name: &str) -> Option<Fault> {
-    let members = MEMBER_FAULTS.iter().copied();
+    let members = MEMBER_FAULTS.iter().chain(&PG_FAULTS).copied();
     members
         .chain(lane_kinds(Kind::Kube, true))
         .find(|f| f.name() == name)
@@ -292,6 +306,7 @@ mod tests {
         expected.remove("depose-distant-leader");
         assert_eq!(zk, expected);
         assert_eq!(drawn(Kind::Kube, 2000), names(&KUBE_FAULTS));
+        assert_eq!(drawn(Kind::Pg, 2000), names(&PG_FAULTS));
         assert_eq!(drawn(Kind::Local, 2000), names(&LOCAL_FAULTS));
     }
 

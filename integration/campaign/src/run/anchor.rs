@@ -24,7 +24,7 @@ pub(super) fn anchor_binary(cfg: &Config) -> Result<Option<PathBuf>, String> {
         Kind::Etcd(_) => ("etcd-mutex", "go-interop.sh"),
         Kind::Zk(_) => ("curator-mutex.jar", "curator-interop.sh"),
         Kind::Kube => ("client-go-elector", "client-go-interop.sh"),
-        Kind::Local => {
+        Kind::Local | Kind::Pg => {
             return Err("an anchor client runs only on etcd, ZooKeeper or Kubernetes".into())
         }
     };

@@ -119,6 +119,10 @@ pub fn heal_bound(kind: Kind, ttl: Duration) -> Duration {
     let servers = match kind {
         Kind::Local => Duration::ZERO,
         Kind::Zk(_) | Kind::Etcd(_) | Kind::Kube => Duration::from_secs(10),
+        // A promotion is over when its fault ends (the old primary rebuilt
+        // as the new one's standby): a restarted server's crash recovery
+        // and a standby's reconnection are left.
+        Kind::Pg => Duration::from_secs(5),
     };
     longest_hold + acquire_wait + servers
 }

@@ -78,7 +78,7 @@ impl Config {
             let prefix = match self.kind {
                 Kind::Zk(_) => curator,
                 Kind::Kube => client_go,
-                Kind::Etcd(_) | Kind::Local => go,
+                Kind::Etcd(_) | Kind::Local | Kind::Pg => go,
             };
             format!("{prefix}{}", i + 1)
         } else if self.workload == Workload::Lock && i == CARELESS_CLIENT {

@@ -274,7 +274,11 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
         let url = format!("local://{}?ttl={}", state.display(), cfg.ttl.as_secs_f64());
         (None, None, vec![None; cfg.clients], vec![url; cfg.clients])
     } else {
-        let (network, cluster, hosts) = start_cluster(cfg)?;
+        let (network, cluster, hosts) = blocking(|| start_cluster(cfg))?;
+        if cfg.kind == Kind::Pg {
+            let host = network.hosts().last().ok_or("no client host")?;
+            create_pg_schema(host, cluster.client_url(0, cfg.ttl)).await?;
+        }
         let urls = (0..cfg.clients)
             .map(|i| match cfg.workload {
                 Workload::Coordinated => {
@@ -289,7 +293,7 @@ pub(super) async fn setup(cfg: &Config, recorder: Arc<Recorder>) -> Result<World
         Kind::Zk(_) => "zk",
         Kind::Etcd(_) => "etcd",
         // Only the storage's file gate.
-        Kind::Local | Kind::Kube => "none",
+        Kind::Local | Kind::Kube | Kind::Pg => "none",
     };
     let clients = client_hosts
         .into_iter()
@@ -365,6 +369,25 @@ fn start_cluster(cfg: &Config) -> Result<(Network, Cluster, Vec<Option<Host>>), 
     };
     let cluster = Cluster::start_tuned(cfg.kind, &member_hosts, &cfg.out, &tuning)?;
     Ok((network, cluster, client_hosts))
+}
+
+/// The lock table, created once by the campaign as an operator would
+/// (`fence schema`), from a client's namespace.
+async fn create_pg_schema(host: &Host, url: String) -> Result<(), String> {
+    let create = async move {
+        let config = fencing_postgres::PgConfig::from_url(&url)?;
+        fencing_postgres::PgSource::create_schema(&config).await
+    };
+    let thread = fencing_harness::net::netns::spawn_in(host, move || async move {
+        tokio::time::timeout(Duration::from_secs(20), create).await
+    });
+    match blocking(|| thread.join()) {
+        Ok(Ok(Ok(Ok(())))) => Ok(()),
+        Ok(Ok(Ok(Err(e)))) => Err(format!("creating the lock table: {e}")),
+        Ok(Ok(Err(_))) => Err("creating the lock table took over 20 s".into()),
+        Ok(Err(e)) => Err(format!("entering {}: {e}", host.ns)),
+        Err(_) => Err("the schema thread panicked".into()),
+    }
 }
 
 async fn wait_for_leader(world: &World, limit: Duration) -> Result<(), String> {

@@ -5,6 +5,7 @@
 //! is a [`MemberProcess`], the process control the loopback clusters use.
 
 pub mod kube;
+pub mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +33,9 @@ pub struct Member {
     pub host: Host,
     command: MemberCommand,
     process: MemberProcess,
+    /// A PostgreSQL postmaster: kills and pauses reach every server
+    /// process it forked (each in a session of its own), not only it.
+    tree: bool,
 }
 
 impl Member {
@@ -45,16 +49,26 @@ impl Member {
 
     /// SIGKILL and reap; the data stays for [`Member::restart`].
     pub fn kill(&mut self) {
-        self.process.kill();
+        match self.process.pid().filter(|_| self.tree) {
+            Some(pid) => crate::postgres::server::kill_tree(pid, || self.process.kill()),
+            None => self.process.kill(),
+        }
     }
 
     /// SIGSTOP: it answers nothing and keeps its sockets open.
     pub fn pause(&mut self) {
+        // The postmaster first: stopped, it forks nothing new.
         self.process.pause();
+        if let Some(pid) = self.process.pid().filter(|_| self.tree) {
+            crate::postgres::server::signal_children(pid, Signal::STOP);
+        }
     }
 
     /// SIGCONT after [`Member::pause`].
     pub fn resume(&mut self) {
+        if let Some(pid) = self.process.pid().filter(|_| self.tree) {
+            crate::postgres::server::signal_children(pid, Signal::CONT);
+        }
         self.process.resume();
     }
 
@@ -86,6 +100,8 @@ pub enum Kind {
     Etcd(crate::etcd::cluster::EtcdVersion),
     /// kube-apiserver (the last member) on three etcd 3.6 members.
     Kube,
+    /// A PostgreSQL primary (first) and its synchronous standby.
+    Pg,
 }
 
 impl Kind {
@@ -95,6 +111,7 @@ impl Kind {
             Kind::Local => 0,
             Kind::Zk(_) | Kind::Etcd(_) => VOTERS,
             Kind::Kube => VOTERS + 1,
+            Kind::Pg => 2,
         }
     }
 }
@@ -163,6 +180,8 @@ pub struct Cluster {
     pub kubeconfig: Option<PathBuf>,
     /// Its clients' kubeconfig (RBAC-limited to Leases).
     pub client_kubeconfig: Option<PathBuf>,
+    /// The PostgreSQL server programs, for a promotion and a rebuild.
+    pg: Option<pg::PgBin>,
 }
 
 impl Cluster {
@@ -178,6 +197,9 @@ impl Cluster {
         dir: &Path,
         tuning: &Tuning,
     ) -> Result<Cluster, String> {
+        if kind == Kind::Pg {
+            return Self::start_pg(hosts, dir);
+        }
         let mut members = Vec::new();
         let (mut kubeconfig, mut client_kubeconfig) = (None, None);
         let voters = &hosts[..VOTERS.min(hosts.len())];
@@ -187,6 +209,7 @@ impl Cluster {
             let etcd36 = crate::etcd::cluster::EtcdVersion::V3_6;
             let command = match kind {
                 Kind::Local => return Err("a local campaign has no members".into()),
+                Kind::Pg => return Err("PostgreSQL members start in order".into()),
                 Kind::Zk(version) => zk_member(version, hosts, i, &member_dir, tuning.sync_limit)?,
                 Kind::Etcd(version) => etcd_member(version, hosts, i, &member_dir, tuning)?,
                 Kind::Kube if i < VOTERS => etcd_member(etcd36, voters, i, &member_dir, tuning)?,
@@ -207,6 +230,7 @@ impl Cluster {
                 host: host.clone(),
                 command,
                 process: MemberProcess::new(name, member_dir.join("member.log")),
+                tree: false,
             });
         }
         for m in &mut members {
@@ -218,13 +242,68 @@ impl Cluster {
             members,
             kubeconfig,
             client_kubeconfig,
+            pg: None,
         })
+    }
+
+    /// A PostgreSQL primary on `hosts[0]` and its standby on `hosts[1]`,
+    /// each started once the one before answers.
+    fn start_pg(hosts: &[Host], dir: &Path) -> Result<Cluster, String> {
+        let bin = pg::PgBin::find()?;
+        let mut cluster = Cluster {
+            kind: Kind::Pg,
+            members: Vec::new(),
+            kubeconfig: None,
+            client_kubeconfig: None,
+            pg: Some(bin.clone()),
+        };
+        pg::start(&bin, hosts, dir, |i, command| {
+            let log = dir.join(format!("m{}", i + 1)).join("member.log");
+            cluster.members.push(Member {
+                host: hosts[i].clone(),
+                command,
+                process: MemberProcess::new(format!("m{}", i + 1), log),
+                tree: true,
+            });
+            let m = &mut cluster.members[i];
+            m.restart()
+                .map_err(|e| format!("starting member in {}: {e}", m.host.ns))
+        })?;
+        Ok(cluster)
+    }
+
+    /// PostgreSQL: promotes the standby `standby` (member `old`, the
+    /// primary, SIGKILLed first), then makes `old` the new primary's
+    /// standby again from a fresh copy, as an operator rebuilds a failed
+    /// primary: started on its own data it would be a second primary.
+    pub fn fail_over(&mut self, old: usize, standby: usize) -> Result<String, String> {
+        let bin = self.pg.clone().ok_or("not a PostgreSQL cluster")?;
+        self.members[old].kill();
+        let started = std::time::Instant::now();
+        pg::promote(&bin, &self.members[standby].host)?;
+        let promoted = started.elapsed();
+        let dir = self.members[old].process.log().parent().map(Path::to_owned);
+        let dir = dir.ok_or("member without a directory")?;
+        let new_primary = self.members[standby].host.clone();
+        pg::basebackup(&bin, &self.members[old].host, &new_primary, &dir)?;
+        let m = &mut self.members[old];
+        m.restart()
+            .map_err(|e| format!("starting m{}: {e}", old + 1))?;
+        pg::wait_ready(&bin, &m.host)?;
+        Ok(format!(
+            "m{} promoted in {} ms; m{} rebuilt as its standby in {} ms",
+            standby + 1,
+            promoted.as_millis(),
+            old + 1,
+            (started.elapsed() - promoted).as_millis()
+        ))
     }
 
     /// Client port of every voter.
     pub fn port(&self) -> u16 {
         match self.kind {
             Kind::Zk(_) => 2181,
+            Kind::Pg => pg::PORT,
             _ => 2379,
         }
     }
@@ -237,9 +316,13 @@ impl Cluster {
     /// The URL of client `client`'s source. Client `i` of the first
     /// [`VOTERS`] talks to member `i` only (so a cut-off member's clients
     /// still reach it, as in the partitions that break leases); the rest
-    /// talk to every member. Kubernetes clients all talk to the apiserver.
+    /// talk to every member. Kubernetes clients all talk to the apiserver,
+    /// PostgreSQL clients to both members (the one that takes writes
+    /// serves them).
     pub fn client_url(&self, client: usize, session: Duration) -> String {
-        if client < VOTERS {
+        if self.kind == Kind::Pg {
+            self.url(&[0, 1], session)
+        } else if client < VOTERS {
             self.url(&[client], session)
         } else {
             self.url(&(0..VOTERS).collect::<Vec<_>>(), session)
@@ -254,6 +337,12 @@ impl Cluster {
         match (self.kind, &self.client_kubeconfig) {
             (Kind::Zk(_), _) => format!("zk://{hosts}/campaign?ttl={secs}&request_timeout=1"),
             (Kind::Kube, Some(kubeconfig)) => kube::source_url(kubeconfig, session),
+            (Kind::Pg, _) => format!(
+                "postgres://{}@{hosts}/postgres?table={}&ttl={secs}&request_timeout=1\
+                 &target_session_attrs=read-write&connect_timeout=1",
+                crate::postgres::server::PG_SUPERUSER,
+                pg::TABLE
+            ),
             _ => format!("etcd://{hosts}/campaign?ttl={secs}&request_timeout=1"),
         }
     }
@@ -262,6 +351,9 @@ impl Cluster {
     /// cuts it off from), whether it leads.
     pub fn is_leader(&self, i: usize) -> bool {
         let via = &self.members[i].host;
+        if let Some(bin) = &self.pg {
+            return pg::is_primary(bin, via);
+        }
         let ip = via.ip;
         let probe = match self.kind {
             // A four-letter word over bash's /dev/tcp: no extra tools.

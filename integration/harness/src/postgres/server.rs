@@ -144,7 +144,7 @@ pub fn find_bin_dir_in(root: &Path) -> Result<(u32, PathBuf), PgHarnessError> {
 
 /// The uid and gid the server runs as: the `postgres` system user's when
 /// the harness is root, `None` (the harness's own) otherwise.
-fn server_ids() -> Result<Option<(u32, u32)>, PgHarnessError> {
+pub(crate) fn server_ids() -> Result<Option<(u32, u32)>, PgHarnessError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
@@ -175,7 +175,7 @@ fn free_port() -> Result<u16, PgHarnessError> {
 /// `/proc/<pid>/stat`), which tells it apart from a later process that gets
 /// the same pid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ProcId {
+pub(crate) struct ProcId {
     pid: u32,
     start: u64,
 }
@@ -214,6 +214,46 @@ fn children_of(parent: u32) -> Vec<ProcId> {
             _ => None,
         })
         .collect()
+}
+
+/// SIGKILLs the postmaster `pid` (by `kill_postmaster`, which also reaps
+/// it) and every server process it forked, and waits (bounded) until they
+/// are gone.
+pub(crate) fn kill_tree(pid: u32, kill_postmaster: impl FnOnce()) {
+    // Stopped, the postmaster cannot fork new processes nor reap the ones
+    // it has, so their pids stay theirs while they are killed.
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, Signal::STOP);
+    }
+    let stopped_by = Instant::now() + Duration::from_secs(1);
+    while matches!(proc_stat(pid), Some((_, state, _)) if state != 'T' && state != 't' && state != 'Z')
+        && Instant::now() < stopped_by
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let children = signal_children(pid, Signal::KILL);
+    kill_postmaster();
+    // The orphaned children are reaped by init; wait until they are gone
+    // (a leftover would keep the shared memory, and the next postmaster on
+    // this data directory would refuse to start).
+    let deadline = Instant::now() + KILL_TIMEOUT;
+    while children.iter().any(|c| proc_alive(*c)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `signal` to every live server process the postmaster `pid`
+/// forked; returns them.
+pub(crate) fn signal_children(pid: u32, signal: Signal) -> Vec<ProcId> {
+    let children = children_of(pid);
+    for child in &children {
+        if let Some(p) = rustix::process::Pid::from_raw(child.pid as i32) {
+            if proc_alive(*child) {
+                let _ = rustix::process::kill_process(p, signal);
+            }
+        }
+    }
+    children
 }
 
 /// A throwaway PostgreSQL server on `127.0.0.1`, killed with all its
@@ -575,34 +615,8 @@ impl PgServer {
     /// directory stays for [`restart`](PgServer::restart), which then runs
     /// crash recovery. Does nothing if the server is not running.
     pub fn kill(&mut self) {
-        let Some(postmaster) = self.postmaster.take() else {
-            return;
-        };
-        // Stopped, the postmaster cannot fork new processes nor reap the
-        // ones it has, so their pids stay theirs while they are killed.
-        postmaster.signal(Signal::STOP);
-        let stopped_by = Instant::now() + Duration::from_secs(1);
-        while matches!(proc_stat(postmaster.id()), Some((_, state, _)) if state != 'T' && state != 't' && state != 'Z')
-            && Instant::now() < stopped_by
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let children = children_of(postmaster.id());
-        for child in &children {
-            if let Some(pid) = rustix::process::Pid::from_raw(child.pid as i32) {
-                if proc_alive(*child) {
-                    let _ = rustix::process::kill_process(pid, Signal::KILL);
-                }
-            }
-        }
-        // Dropping a Reaped continues, kills and waits for the process.
-        drop(postmaster);
-        // The orphaned children are reaped by init; wait until they are gone
-        // (a leftover would keep the shared memory, and the next postmaster
-        // on this data directory would refuse to start).
-        let deadline = Instant::now() + KILL_TIMEOUT;
-        while children.iter().any(|c| proc_alive(*c)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+        if let Some(postmaster) = self.postmaster.take() {
+            kill_tree(postmaster.id(), || drop(postmaster));
         }
     }
 
