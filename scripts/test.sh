@@ -167,9 +167,10 @@ bench_out="$FENCING_CACHE/bench-smoke"
 mkdir -p "$bench_out"
 step "bench smoke: etcd cycles, ours vs Go's Mutex vs the floor" \
     "$target/cycle-bench" --runs 1 --blocks 3
+# Idle windows of 1 s (were 2 s): part of what the pg campaign costs.
 step "bench smoke: held locks, etcd and ZooKeeper, vs Go and Curator" bash -c '
-    "$1/held-bench" --backend etcd --sizes 10,100 --in-flight 16 --idle-secs 2 &&
-    "$1/held-bench" --backend zk --sizes 10,100 --in-flight 16 --idle-secs 2' _ "$target"
+    "$1/held-bench" --backend etcd --sizes 10,100 --in-flight 16 --idle-secs 1 &&
+    "$1/held-bench" --backend zk --sizes 10,100 --in-flight 16 --idle-secs 1' _ "$target"
 step "bench smoke: hand-over to waiters, etcd, ZooKeeper, Kubernetes, vs anchors" bash -c '
     for backend in etcd zk kube; do "$1/waiter-bench" --backend "$backend" --counts 1,4 || exit; done' \
     _ "$target"

@@ -18,6 +18,12 @@
 #       entrypoint), on Debian minbase.
 #   fencing-local/curl                           for curlimages/curl
 #       Debian's curl and sh, for the one-shot kube-init service.
+#   fencing-local/postgres:$POSTGRES_VERSION      for postgres (Docker's)
+#       Debian's server package, with the part of the official image's
+#       contract the compose file uses: data in $PGDATA, initialised on
+#       first start (POSTGRES_HOST_AUTH_METHOD for every host, then the
+#       *.sh scripts in /docker-entrypoint-initdb.d), run as postgres, the
+#       server programs on PATH.
 #
 # Prints the variables that point docker-compose.yml at them.
 set -euo pipefail
@@ -46,10 +52,13 @@ ETCD_IMAGE="fencing-local/etcd:v$ETCD_VERSION"
 ZK_IMAGE="fencing-local/zookeeper:$ZOOKEEPER_VERSION"
 APISERVER_IMAGE="fencing-local/kube-apiserver:v$KUBERNETES_VERSION"
 CURL_IMAGE=fencing-local/curl:bookworm
+PG_BASE=fencing-local/debian:bookworm-postgres
+PG_IMAGE="fencing-local/postgres:$POSTGRES_VERSION"
 
 import_rootfs "$MINBASE" bookworm-minbase.tar
 import_rootfs "$JRE" bookworm-jre.tar --include=openjdk-17-jre-headless
 import_rootfs "$CURL_IMAGE" bookworm-curl.tar --include=curl,ca-certificates
+import_rootfs "$PG_BASE" bookworm-postgres.tar --include="postgresql-$POSTGRES_VERSION"
 
 # build_image TAG CONTEXT: builds CONTEXT/Dockerfile unless TAG already
 # carries the hash of CONTEXT's files.
@@ -147,7 +156,52 @@ ENTRYPOINT ["/usr/local/bin/kube-apiserver"]
 DOCKERFILE
 build_image "$APISERVER_IMAGE" "$context/kube"
 
+# --- PostgreSQL --------------------------------------------------------------
+mkdir -p "$context/pg"
+cat >"$context/pg/docker-entrypoint.sh" <<'SCRIPT'
+#!/bin/bash
+# The official image's contract, as far as the compose file uses it.
+set -euo pipefail
+if [ "${1:0:1}" = - ]; then set -- postgres "$@"; fi
+if [ "$1" = postgres ] && [ "$(id -u)" = 0 ]; then
+    mkdir -p "$PGDATA" /var/run/postgresql
+    chown -R postgres:postgres "$PGDATA" /var/run/postgresql
+    chmod 700 "$PGDATA"
+    exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
+fi
+if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+    method="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
+    [ "$method" = trust ] || { echo "this stand-in knows POSTGRES_HOST_AUTH_METHOD=trust only" >&2; exit 1; }
+    initdb -D "$PGDATA" -U "${POSTGRES_USER:-postgres}" --auth=trust -E UTF8
+    echo "host all all all $method" >>"$PGDATA/pg_hba.conf"
+    echo "listen_addresses = '*'" >>"$PGDATA/postgresql.conf"
+    for f in /docker-entrypoint-initdb.d/*.sh; do
+        [ -e "$f" ] && . "$f"
+    done
+fi
+exec "$@"
+SCRIPT
+chmod +x "$context/pg/docker-entrypoint.sh"
+cat >"$context/pg/Dockerfile" <<DOCKERFILE
+FROM $PG_BASE
+COPY docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
+ENV PATH=/usr/lib/postgresql/$POSTGRES_VERSION/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PGDATA=/var/lib/postgresql/data
+# As the official image: the data directory is the postgres user's (a
+# named volume takes its owner), and the packaged default cluster is not used.
+RUN rm -rf /var/lib/postgresql/$POSTGRES_VERSION /etc/postgresql/$POSTGRES_VERSION && \
+    mkdir -p /var/lib/postgresql/data /var/run/postgresql && \
+    chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql && \
+    chmod 1777 /var/lib/postgresql/data
+STOPSIGNAL SIGINT
+EXPOSE 5432
+ENTRYPOINT ["docker-entrypoint.sh"]
+CMD ["postgres"]
+DOCKERFILE
+build_image "$PG_IMAGE" "$context/pg"
+
 echo "FENCING_ETCD_IMAGE=$ETCD_IMAGE"
 echo "FENCING_KUBE_APISERVER_IMAGE=$APISERVER_IMAGE"
 echo "FENCING_CURL_IMAGE=$CURL_IMAGE"
 echo "FENCING_ZOOKEEPER_IMAGE=$ZK_IMAGE"
+echo "FENCING_POSTGRES_IMAGE=$PG_IMAGE"

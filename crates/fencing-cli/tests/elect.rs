@@ -78,7 +78,34 @@ fn candidate(url: &str, identity: &str) -> Fence {
 #[test]
 fn resign_hands_over_and_observe_reports_each_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("local://{}", dir.path().display());
+    resign_hands_over_and_observe_reports_it(&format!("local://{}", dir.path().display()));
+}
+
+/// The same on PostgreSQL, through `postgres://` URLs (the lock table made
+/// by `fence schema`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_resign_hands_over_and_observe_reports_each_leader() {
+    let server = fencing_harness::postgres::server::PgServer::start()
+        .await
+        .unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?table=elect_locks",
+        server.port()
+    );
+    tokio::task::spawn_blocking(move || {
+        let made = Command::new(env!("CARGO_BIN_EXE_fence"))
+            .args(["schema", "--source", &url])
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        resign_hands_over_and_observe_reports_it(&url);
+    })
+    .await
+    .unwrap();
+}
+
+fn resign_hands_over_and_observe_reports_it(url: &str) {
+    let url = url.to_owned();
     let observer = Fence::start(&[
         "observe",
         "--source",

@@ -49,3 +49,21 @@ async fn external_zookeeper() {
 async fn external_kubernetes() {
     check("FENCING_KUBE_URL", "4").await;
 }
+
+/// PostgreSQL: the lock table is made first, as `fence schema` would for
+/// an operator (idempotent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs FENCING_PG_URL (see docs/deploying.md)"]
+async fn external_postgres() {
+    let url = url("FENCING_PG_URL");
+    let out = Command::new(env!("CARGO_BIN_EXE_fence"))
+        .args(["schema", "--source", &url])
+        .output()
+        .expect("run fence schema");
+    assert!(
+        out.status.success(),
+        "fence schema: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check("FENCING_PG_URL", "2").await;
+}

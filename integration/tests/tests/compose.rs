@@ -1,7 +1,7 @@
-//! Faults through Docker against the etcd and ZooKeeper services of
-//! docker-compose.yml, running for real: a member killed while a lock is
-//! held and a waiter waits, the whole etcd set restarted, a member cut off
-//! the network. Tokens must keep increasing and a gate must refuse every
+//! Faults through Docker against the etcd, ZooKeeper and PostgreSQL
+//! services of docker-compose.yml, running for real: a member killed while
+//! a lock is held and a waiter waits, the whole etcd set restarted, a
+//! member cut off the network, the PostgreSQL standby promoted. Tokens must keep increasing and a gate must refuse every
 //! superseded one, whatever the cluster decides about the holder.
 //!
 //! Ignored unless asked for: scripts/compose-test.sh starts the services
@@ -19,6 +19,8 @@ use tokio::process::Command;
 
 const ETCD_URL: &str = "etcd://127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379/fencing-compose";
 const ZK_URL: &str = "zk://127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183/fencing-compose";
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/postgres\
+                      ?target_session_attrs=read-write&table=compose_locks";
 /// Bound of one docker command (a restart waits for health checks).
 const DOCKER_LIMIT: Duration = Duration::from_secs(180);
 /// Bound of one acquire while the cluster recovers.
@@ -228,4 +230,43 @@ async fn etcd_member_partitioned() {
 async fn zookeeper_server_partitioned() {
     let alone = "zk://127.0.0.1:2183/fencing-compose?request_timeout=2";
     member_partitioned(ZK_URL, alone, "zk3", "zk-partition").await;
+}
+
+/// The PostgreSQL primary killed while a lock is held and awaited, and its
+/// standby promoted (`pg_ctl promote`, as an operator fails over): the
+/// clients find the new primary, and its tokens (timeline 2 in their high
+/// bits) are above the old primary's. The old primary is left down: started
+/// on its own data it would be a second primary (scripts/compose-test.sh
+/// takes everything down after the last test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the compose services (scripts/compose-test.sh)"]
+async fn postgres_standby_promoted_while_held_and_waited() {
+    let config = fencing::postgres::PgConfig::from_url(PG_URL).unwrap();
+    fencing::postgres::PgSource::create_schema(&config)
+        .await
+        .expect("create the lock table");
+    let (a, b) = (connect(PG_URL).await, connect(PG_URL).await);
+    let r = resource("pg-promote");
+    let held = acquire(&a, &r).await;
+    // The standby has the grant's row before its primary goes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiter = {
+        let (b, r) = (b.clone(), r.clone());
+        tokio::spawn(async move { acquire(&b, &r).await })
+    };
+    docker(&["kill", &container("postgres").await]).await;
+    compose(&["exec", "-T", "postgres-standby", "pg_ctl", "promote", "-w"]).await;
+    let old = held.token();
+    let _ = held.release().await;
+    let next = tokio::time::timeout(ACQUIRE_LIMIT, waiter)
+        .await
+        .expect("the waiter was granted by the promoted standby")
+        .expect("waiter task");
+    assert_superseded(&r, old, next.token()).await;
+    assert!(
+        next.token().get() >> 40 > old.get() >> 40,
+        "token {} is not of a later timeline than {old}",
+        next.token()
+    );
+    next.release().await.expect("release");
 }

@@ -37,7 +37,7 @@ fn compose() -> String {
     text
 }
 
-const SERVICES: [&str; 9] = [
+const SERVICES: [&str; 11] = [
     "etcd1",
     "etcd2",
     "etcd3",
@@ -47,6 +47,8 @@ const SERVICES: [&str; 9] = [
     "kube-etcd",
     "kube-apiserver",
     "kube-init",
+    "postgres",
+    "postgres-standby",
 ];
 
 /// kube-apiserver's image has no shell or client to probe itself with;

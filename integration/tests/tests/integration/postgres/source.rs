@@ -434,3 +434,87 @@ async fn grants_of_one_ttl_renew_together() {
     }
     source.close().await.unwrap();
 }
+
+/// A renewal of several grants credits each only with its own row: a lock
+/// row deleted behind its holder's back (an operator breaking a stuck lock)
+/// makes that grant lost at the next renewal, while the grant renewed in
+/// the same statement stays live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_credits_only_the_rows_it_found() {
+    let pg = PgFixture::start().await;
+    let admin = pg.server.client().await.unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?table=fencing_locks&ttl=1",
+        pg.server.port()
+    );
+    let source = PgSource::connect_url(&url).await.unwrap();
+    let kept = source.lock("credit-kept").await.unwrap();
+    let broken = source.lock("credit-broken").await.unwrap();
+    admin
+        .execute(
+            "DELETE FROM fencing_locks WHERE name = 'credit-broken'",
+            &[],
+        )
+        .await
+        .unwrap();
+    // The next renewal comes within a third of the TTL.
+    let lost = tokio::time::timeout(Duration::from_secs(3), broken.lost()).await;
+    assert!(
+        lost.is_ok(),
+        "a grant whose row was deleted was still live after 3 renewals"
+    );
+    assert!(kept.is_live() && source.validate(&kept).await.unwrap());
+    source.close().await.unwrap();
+}
+
+/// `guard` locks the lock row `FOR SHARE` until the caller's transaction
+/// ends: the holder's row runs out while its guarded transaction is open
+/// (its own renewal waits on that lock too), and the next holder's acquire
+/// still waits for the commit, so the guarded write can never land after
+/// the next grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_transaction_holds_off_the_next_grant() {
+    let pg = PgFixture::start().await;
+    let setup = pg.server.client().await.unwrap();
+    setup
+        .batch_execute("CREATE TABLE report (id INT PRIMARY KEY, body TEXT NOT NULL); INSERT INTO report VALUES (1, 'none')")
+        .await
+        .unwrap();
+    let url = pg.url(pg.server.port());
+    let (holder, next) = (pg.source().await, pg.source().await);
+    let r = resource("guarded-report");
+    let ttl = Duration::from_secs(1);
+    let grant = holder
+        .acquire(&r, &AcquireOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let config = PgConfig::from_url(&url).unwrap();
+    let (mut client, conn) = config.pg.connect(tokio_postgres::NoTls).await.unwrap();
+    let driver = tokio::spawn(conn);
+    let tx = client.transaction().await.unwrap();
+    holder.guard(&tx, &grant).await.unwrap();
+    // Past the row's expiry: nothing but the open transaction holds it.
+    tokio::time::sleep(ttl * 3 / 2).await;
+    let taker = tokio::spawn(async move {
+        let opts = AcquireOptions::new().wait(Duration::from_secs(20));
+        let granted = next.acquire(&r, &opts).await;
+        (granted, std::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !taker.is_finished(),
+        "the next holder was granted while the holder's guarded transaction was open"
+    );
+    tx.execute("UPDATE report SET body = 'holder' WHERE id = 1", &[])
+        .await
+        .unwrap();
+    let committed = std::time::Instant::now();
+    tx.commit().await.unwrap();
+    let (granted, at) = taker.await.unwrap();
+    let granted = granted.unwrap();
+    assert!(at >= committed, "granted before the guarded commit");
+    assert!(granted.token() > grant.token());
+    drop(client);
+    let _ = driver.await;
+    granted.release().await.unwrap();
+}
