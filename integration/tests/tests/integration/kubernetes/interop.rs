@@ -120,13 +120,20 @@ fn resource() -> ResourceName {
 }
 
 /// Collects the Go program's JSON lines until "done" (or 180 s), then the
-/// process is killed and reaped.
-fn collect_go(go: Reaped) -> Vec<serde_json::Value> {
+/// process is killed and reaped; `campaigning` hears when it first saw the
+/// Rust candidate lead: it has read the Lease, so it is in the race.
+fn collect_go(go: Reaped, campaigning: tokio::sync::oneshot::Sender<()>) -> Vec<serde_json::Value> {
     let mut events = Vec::new();
+    let mut campaigning = Some(campaigning);
     while let Some(line) = go.next_line(Duration::from_secs(180)) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
+        if v["event"] == "new_leader" && v["identity"] == RUST_ID {
+            if let Some(tx) = campaigning.take() {
+                let _ = tx.send(());
+            }
+        }
         let done = v["event"] == "done";
         events.push(v);
         if done {
@@ -161,7 +168,9 @@ async fn rust_and_client_go_alternate_on_one_lease() {
             .args(["--gate-url", &store.url(), "--writes", "3"]),
     )
     .expect("start client-go-elector");
-    let go_events = tokio::task::spawn_blocking(move || collect_go(go));
+    let (campaigning, go_campaigns) = tokio::sync::oneshot::channel();
+    let go_events = tokio::task::spawn_blocking(move || collect_go(go, campaigning));
+    let mut go_campaigns = Some(go_campaigns);
 
     // The Rust side's view of the holder, sampled while it runs.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -197,6 +206,15 @@ async fn rust_and_client_go_alternate_on_one_lease() {
                 .await
                 .expect("the Rust holder's write was refused");
             tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        // A client-go that joins after Rust's last round never alternates
+        // with it (seen once on a loaded machine): Rust's first term lasts
+        // until client-go has seen it lead.
+        if let Some(campaigns) = go_campaigns.take() {
+            tokio::time::timeout(Duration::from_secs(60), campaigns)
+                .await
+                .expect("client-go-elector did not see the Rust leader within 60 s")
+                .expect("client-go-elector exited before it campaigned");
         }
         history.released(RUST, g.token()).await;
         g.release().await.unwrap();

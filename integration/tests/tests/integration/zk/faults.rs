@@ -218,7 +218,9 @@ async fn a_release_sends_only_the_delete(version: ZkVersion) {
     let raw = f.source().await.client().await.unwrap();
     let packets = || async { f.ensemble.mntr_sum("zk_packets_received").await.unwrap() };
     let (mut release, mut delete) = (f64::MAX, f64::MAX);
-    for i in 0..3 {
+    // The fewest of five tries: a session's ping can land in a window (3
+    // tries once counted 5 packets for every plain delete, 4 for a release).
+    for i in 0..5 {
         let g = source
             .acquire(&r("one-request"), &opts(Duration::from_secs(30)))
             .await
