@@ -289,7 +289,7 @@ impl Cluster {
         let m = &mut self.members[old];
         m.restart()
             .map_err(|e| format!("starting m{}: {e}", old + 1))?;
-        pg::wait_ready(&bin, &m.host)?;
+        bin.wait_ready(&m.host)?;
         Ok(format!(
             "m{} promoted in {} ms; m{} rebuilt as its standby in {} ms",
             standby + 1,

@@ -127,7 +127,7 @@ impl PgBin {
     }
 
     /// Waits until the member answers, at most [`READY_TIMEOUT`].
-    fn wait_ready(&self, host: &Host) -> Result<(), String> {
+    pub(super) fn wait_ready(&self, host: &Host) -> Result<(), String> {
         let started = Instant::now();
         while started.elapsed() < READY_TIMEOUT {
             if self.query(host, "SELECT 1").as_deref() == Some("1") {
@@ -308,9 +308,4 @@ pub(super) fn promote(bin: &PgBin, host: &Host) -> Result<(), String> {
 /// Whether the member at `host` answers as a primary.
 pub(super) fn is_primary(bin: &PgBin, host: &Host) -> bool {
     bin.query(host, "SELECT pg_is_in_recovery()").as_deref() == Some("f")
-}
-
-/// Waits until the member at `host` answers (after a start).
-pub(super) fn wait_ready(bin: &PgBin, host: &Host) -> Result<(), String> {
-    bin.wait_ready(host)
 }

@@ -25,11 +25,7 @@ fn resource(name: &str) -> ResourceName {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_cannot_write_through_guard() {
     let pg = PgFixture::start().await;
-    let setup = pg.server.client().await.unwrap();
-    setup
-        .batch_execute("CREATE TABLE report (id INT PRIMARY KEY, body TEXT NOT NULL); INSERT INTO report VALUES (1, 'none')")
-        .await
-        .unwrap();
+    let setup = report_table(&pg).await;
     let (paused, cut) = pg.partitionable_source().await;
     let other = pg.source().await;
     let r = resource("report");
@@ -59,6 +55,16 @@ async fn a_paused_holder_cannot_write_through_guard() {
         .get(0);
     assert_eq!(body, "fresh");
     fresh.release().await.unwrap();
+}
+
+/// A table `report` with one row, for guarded writes; the admin's client.
+async fn report_table(pg: &PgFixture) -> tokio_postgres::Client {
+    let setup = pg.server.client().await.unwrap();
+    setup
+        .batch_execute("CREATE TABLE report (id INT PRIMARY KEY, body TEXT NOT NULL); INSERT INTO report VALUES (1, 'none')")
+        .await
+        .unwrap();
+    setup
 }
 
 async fn guarded_write(
@@ -475,11 +481,7 @@ async fn a_renewal_credits_only_the_rows_it_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guarded_transaction_holds_off_the_next_grant() {
     let pg = PgFixture::start().await;
-    let setup = pg.server.client().await.unwrap();
-    setup
-        .batch_execute("CREATE TABLE report (id INT PRIMARY KEY, body TEXT NOT NULL); INSERT INTO report VALUES (1, 'none')")
-        .await
-        .unwrap();
+    report_table(&pg).await;
     let url = pg.url(pg.server.port());
     let (holder, next) = (pg.source().await, pg.source().await);
     let r = resource("guarded-report");
