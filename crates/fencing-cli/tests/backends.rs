@@ -194,15 +194,8 @@ async fn postgres_schema_demo_and_frozen_run() {
         server.port()
     );
     for _ in 0..2 {
-        let out = common::fence()
-            .args(["schema", "--source", &url])
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("cli_locks"),
-            "{stdout}"
-        );
+        let stdout = common::fence_schema(&url);
+        assert!(stdout.contains("cli_locks"), "{stdout}");
     }
     let printed = common::fence()
         .args(["schema", "--print", "--source", &url])

@@ -93,11 +93,7 @@ async fn on_postgres_resign_hands_over_and_observe_reports_each_leader() {
         server.port()
     );
     tokio::task::spawn_blocking(move || {
-        let made = Command::new(env!("CARGO_BIN_EXE_fence"))
-            .args(["schema", "--source", &url])
-            .output()
-            .unwrap();
-        assert!(made.status.success(), "{made:?}");
+        common::fence_schema(&url);
         resign_hands_over_and_observe_reports_it(&url);
     })
     .await

@@ -55,15 +55,6 @@ async fn external_kubernetes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs FENCING_PG_URL (see docs/deploying.md)"]
 async fn external_postgres() {
-    let url = url("FENCING_PG_URL");
-    let out = Command::new(env!("CARGO_BIN_EXE_fence"))
-        .args(["schema", "--source", &url])
-        .output()
-        .expect("run fence schema");
-    assert!(
-        out.status.success(),
-        "fence schema: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::fence_schema(&url("FENCING_PG_URL"));
     check("FENCING_PG_URL", "2").await;
 }

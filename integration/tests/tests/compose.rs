@@ -111,10 +111,15 @@ async fn assert_superseded(r: &ResourceName, old: FencingToken, new: FencingToke
     }
 }
 
-/// A member is SIGKILLed while one client holds the lock and another waits:
-/// the waiter gets a higher token once the holder lets go (or its lease
-/// ends), and the gate refuses the old one.
-async fn member_killed_while_held_and_waited(url: &str, member: &str, test: &str) {
+/// One client holds the lock and another waits while `fault` runs; then
+/// the holder lets go: the waiter gets a higher token (once the holder let
+/// go or its lease ended), and the gate refuses the old one. Returns the
+/// holder's and the waiter's tokens.
+async fn handed_over_across(
+    url: &str,
+    test: &str,
+    fault: impl std::future::Future<Output = ()>,
+) -> (FencingToken, FencingToken) {
     let (a, b) = (connect(url).await, connect(url).await);
     let r = resource(test);
     let held = acquire(&a, &r).await;
@@ -122,17 +127,28 @@ async fn member_killed_while_held_and_waited(url: &str, member: &str, test: &str
         let (b, r) = (b.clone(), r.clone());
         tokio::spawn(async move { acquire(&b, &r).await })
     };
-    docker(&["kill", &container(member).await]).await;
-    // The holder keeps its lock or loses it, as the cluster decides.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    fault.await;
     let old = held.token();
     let _ = held.release().await;
     let next = tokio::time::timeout(ACQUIRE_LIMIT, waiter)
         .await
         .expect("the waiter was granted")
         .expect("waiter task");
-    assert_superseded(&r, old, next.token()).await;
+    let new = next.token();
+    assert_superseded(&r, old, new).await;
     next.release().await.expect("release");
+    (old, new)
+}
+
+/// A member is SIGKILLed while one client holds the lock and another
+/// waits (see [`handed_over_across`]); then it is started again.
+async fn member_killed_while_held_and_waited(url: &str, member: &str, test: &str) {
+    handed_over_across(url, test, async {
+        docker(&["kill", &container(member).await]).await;
+        // The holder keeps its lock or loses it, as the cluster decides.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    })
+    .await;
     heal(&[member]).await;
 }
 
@@ -245,28 +261,15 @@ async fn postgres_standby_promoted_while_held_and_waited() {
     fencing::postgres::PgSource::create_schema(&config)
         .await
         .expect("create the lock table");
-    let (a, b) = (connect(PG_URL).await, connect(PG_URL).await);
-    let r = resource("pg-promote");
-    let held = acquire(&a, &r).await;
-    // The standby has the grant's row before its primary goes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let waiter = {
-        let (b, r) = (b.clone(), r.clone());
-        tokio::spawn(async move { acquire(&b, &r).await })
-    };
-    docker(&["kill", &container("postgres").await]).await;
-    compose(&["exec", "-T", "postgres-standby", "pg_ctl", "promote", "-w"]).await;
-    let old = held.token();
-    let _ = held.release().await;
-    let next = tokio::time::timeout(ACQUIRE_LIMIT, waiter)
-        .await
-        .expect("the waiter was granted by the promoted standby")
-        .expect("waiter task");
-    assert_superseded(&r, old, next.token()).await;
+    let (old, new) = handed_over_across(PG_URL, "pg-promote", async {
+        // The standby has the grant's row before its primary goes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        docker(&["kill", &container("postgres").await]).await;
+        compose(&["exec", "-T", "postgres-standby", "pg_ctl", "promote", "-w"]).await;
+    })
+    .await;
     assert!(
-        next.token().get() >> 40 > old.get() >> 40,
-        "token {} is not of a later timeline than {old}",
-        next.token()
+        new.get() >> 40 > old.get() >> 40,
+        "token {new} is not of a later timeline than {old}"
     );
-    next.release().await.expect("release");
 }

@@ -19,6 +19,20 @@ pub fn fence() -> Command {
     cmd
 }
 
+/// Runs `fence schema --source URL`, which must succeed; what it printed.
+pub fn fence_schema(url: &str) -> String {
+    let out = fence()
+        .args(["schema", "--source", url])
+        .output()
+        .expect("run fence schema");
+    assert!(
+        out.status.success(),
+        "fence schema --source {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Runs `fence ARGS` and checks the contract for a command-line mistake:
 /// exit status 2 and exactly one line on stderr that names `names`.
 pub fn assert_usage_error(args: &[&str], names: &str) {

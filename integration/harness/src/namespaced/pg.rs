@@ -14,6 +14,7 @@
 //! namespace before they drop root; [`Member`](super::Member)s of this kind
 //! kill and pause every server process, not only the postmaster.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
@@ -48,11 +49,11 @@ impl PgBin {
         Ok(PgBin { bin, ids })
     }
 
-    /// `program` of the server's, run inside the namespace `ns` (see
-    /// [`netns`]) as the server user, in `dir`.
-    fn command(&self, ns: &Arc<File>, program: &str, dir: &Path) -> Command {
+    /// `program` run inside the namespace `ns` (see [`netns`]) as the
+    /// server user, in `dir`.
+    fn command(&self, ns: &Arc<File>, program: impl AsRef<OsStr>, dir: &Path) -> Command {
         let ns = ns.clone();
-        let mut cmd = Command::new(self.bin.join(program));
+        let mut cmd = Command::new(program);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("PG") {
                 cmd.env_remove(key);
@@ -82,12 +83,17 @@ impl PgBin {
         cmd
     }
 
-    /// Runs a server tool to its end (at most 60 s); fails with its output.
+    /// Runs a server tool to its end (`timeout` kills it after 60 s);
+    /// fails with its output.
     fn run(&self, host: &Host, dir: &Path, program: &str, args: &[&str]) -> Result<(), String> {
-        let mut cmd = self.command(&netns(host)?, program, dir);
-        cmd.args(args).stdin(Stdio::null());
+        let mut cmd = self.command(&netns(host)?, "timeout", dir);
+        cmd.arg("60")
+            .arg(self.bin.join(program))
+            .args(args)
+            .stdin(Stdio::null());
         crate::process::die_with_parent(&mut cmd, rustix::process::Signal::KILL);
-        let out = run_bounded(cmd, Duration::from_secs(60))
+        let out = cmd
+            .output()
             .map_err(|e| format!("{program} in {}: {e}", host.ns))?;
         if !out.status.success() {
             return Err(format!(
@@ -148,29 +154,6 @@ fn netns(host: &Host) -> Result<Arc<File>, String> {
     File::open(&path)
         .map(Arc::new)
         .map_err(|e| format!("{path}: {e}"))
-}
-
-/// Runs `cmd` to its end, killing it after `limit`.
-fn run_bounded(mut cmd: Command, limit: Duration) -> std::io::Result<std::process::Output> {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => {
-            let _ = waiter.join();
-            out
-        }
-        Err(_) => {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            let _ = waiter.join();
-            Err(std::io::Error::other(format!("no end within {limit:?}")))
-        }
-    }
 }
 
 /// A member's directory, owned by the server user, with no data yet in
@@ -253,7 +236,7 @@ pub(super) fn member(bin: &PgBin, host: &Host, dir: &Path) -> Result<MemberComma
     let (bin, ip, dir) = (bin.clone(), host.ip, dir.to_owned());
     let ns = netns(host)?;
     Ok(Box::new(move || {
-        let mut cmd = bin.command(&ns, "postgres", &dir);
+        let mut cmd = bin.command(&ns, bin.bin.join("postgres"), &dir);
         cmd.arg("-D")
             .arg(dir.join("data"))
             .arg("-k")

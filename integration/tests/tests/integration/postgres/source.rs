@@ -396,6 +396,16 @@ fn the_documented_schema_is_the_one_created() {
     );
 }
 
+/// A source on the fixture's table whose leases last 1 s: three renewals a
+/// second, and no request timeout of its own.
+async fn one_second_source(pg: &PgFixture) -> PgSource {
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?table=fencing_locks&ttl=1",
+        pg.server.port()
+    );
+    PgSource::connect_url(&url).await.unwrap()
+}
+
 /// The grants of one TTL share one renewal statement, as they share one
 /// session on etcd and ZooKeeper: 20 grants held for 3 s at TTL 1 s cost
 /// about 9 transactions, not 180 (one per grant per TTL/3).
@@ -403,11 +413,7 @@ fn the_documented_schema_is_the_one_created() {
 async fn grants_of_one_ttl_renew_together() {
     let pg = PgFixture::start().await;
     let admin = pg.server.client().await.unwrap();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?table=fencing_locks&ttl=1",
-        pg.server.port()
-    );
-    let source = PgSource::connect_url(&url).await.unwrap();
+    let source = one_second_source(&pg).await;
     let mut grants = Vec::new();
     for i in 0..20 {
         grants.push(source.lock(&format!("batch-{i}")).await.unwrap());
@@ -449,11 +455,7 @@ async fn grants_of_one_ttl_renew_together() {
 async fn a_renewal_credits_only_the_rows_it_found() {
     let pg = PgFixture::start().await;
     let admin = pg.server.client().await.unwrap();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?table=fencing_locks&ttl=1",
-        pg.server.port()
-    );
-    let source = PgSource::connect_url(&url).await.unwrap();
+    let source = one_second_source(&pg).await;
     let kept = source.lock("credit-kept").await.unwrap();
     let broken = source.lock("credit-broken").await.unwrap();
     admin
